@@ -1,0 +1,5 @@
+#pragma once
+// Umbrella header: everything host-side. CUDA-only pieces live in .cuh headers
+// and are included explicitly from .cu translation units.
+#include "dflash/config.hpp"
+#include "dflash/profile.hpp"

@@ -1,0 +1,195 @@
+#pragma once
+// AccumulatingProfiler: thread-safe per-key count / total / min / max and a
+// log-scale latency histogram, with no lock and no lost update.
+//
+// Recording threads are spread over `Shards` cache-line-aligned shards
+// (striped counters, as in Java's LongAdder): each thread gets a shard on
+// first use, and updates are relaxed atomic RMWs on that shard, so two threads
+// collide only when they share a shard, and even then nothing is lost.
+// snapshot() merges the shards; take() merges and resets with atomic
+// exchanges, so every add() lands in exactly one report.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "dflash/profile/clock.hpp"
+#include "dflash/profile/histogram.hpp"
+#include "dflash/profile/key.hpp"
+#include "dflash/profile/profiler_policy.hpp"
+#include "dflash/profile/report.hpp"
+#include "dflash/profile/stats.hpp"
+
+namespace dflash {
+
+namespace detail {
+/// Round-robin shard index of the calling thread, fixed at its first call.
+inline unsigned thread_shard_seed() noexcept {
+  static std::atomic<unsigned> next{0};
+  thread_local const unsigned mine = next.fetch_add(1, std::memory_order_relaxed);
+  return mine;
+}
+}  // namespace detail
+
+template <class Keys, ProfilerClock Clock = std::chrono::steady_clock, std::size_t Shards = 8>
+  requires(is_key_set<Keys>::value && Shards > 0)
+class AccumulatingProfiler {
+ public:
+  using keys = Keys;
+  using clock = Clock;
+  using duration = typename Clock::duration;
+  using time_point = typename Clock::time_point;
+  static constexpr bool enabled = true;
+  static constexpr std::size_t shard_count = Shards;
+
+  using token = time_point;
+
+  /// RAII timer returned by scope(): records on destruction.
+  template <std::size_t I>
+  class scope_type {
+   public:
+    explicit scope_type(const AccumulatingProfiler& p) noexcept : p_(&p), start_(Clock::now()) {}
+    scope_type(const scope_type&) = delete;
+    scope_type& operator=(const scope_type&) = delete;
+    ~scope_type() { p_->record(I, to_ns(Clock::now() - start_)); }
+
+   private:
+    const AccumulatingProfiler* p_;
+    time_point start_;
+  };
+
+  AccumulatingProfiler() : cells_(std::make_unique<shard[]>(Shards)), epoch_(Clock::now().time_since_epoch().count()) {
+    reset_all();
+  }
+  AccumulatingProfiler(const AccumulatingProfiler&) = delete;
+  AccumulatingProfiler& operator=(const AccumulatingProfiler&) = delete;
+
+  template <fixed_string K>
+  token begin(key_t<K>) const noexcept {
+    check_key<K>();
+    return Clock::now();
+  }
+  template <fixed_string K>
+  void end(key_t<K>, token start) const noexcept {
+    check_key<K>();
+    record(Keys::template index_of<K>(), to_ns(Clock::now() - start));
+  }
+  template <fixed_string K>
+  [[nodiscard]] scope_type<Keys::template index_of<K>()> scope(key_t<K>) const noexcept {
+    check_key<K>();
+    return scope_type<Keys::template index_of<K>()>(*this);
+  }
+  /// Record a duration measured elsewhere (e.g. GPU time). Negative → throws.
+  template <fixed_string K, class Rep, class Period>
+  void add(key_t<K>, std::chrono::duration<Rep, Period> d) const {
+    check_key<K>();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    if (ns < 0)
+      throw std::invalid_argument("dflash::AccumulatingProfiler::add: negative duration for key '" +
+                                  std::string(key_t<K>::name()) + "'");
+    record(Keys::template index_of<K>(), static_cast<std::uint64_t>(ns));
+  }
+
+  /// Merged view of every shard. Exact when no thread is recording.
+  profile_snapshot snapshot() const { return collect(false); }
+  /// snapshot() and reset in one pass: no update is lost between the two.
+  profile_snapshot take() { return collect(true); }
+  void clear() noexcept {
+    reset_all();
+    epoch_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
+
+  std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
+
+  /// Lifetime-of-profiler count for one key (cheap; for tests and progress).
+  template <fixed_string K>
+  std::uint64_t count(key_t<K>) const noexcept {
+    check_key<K>();
+    std::uint64_t c = 0;
+    for (std::size_t s = 0; s < Shards; ++s) c += cells_[s].k[Keys::template index_of<K>()].count.load(std::memory_order_relaxed);
+    return c;
+  }
+
+ private:
+  struct cell {
+    std::atomic<std::uint64_t> count, total, min, max;
+    std::array<std::atomic<std::uint64_t>, histogram::bucket_count> buckets;
+  };
+  struct alignas(64) shard {
+    std::array<cell, Keys::size> k;
+  };
+
+  template <fixed_string K>
+  static constexpr void check_key() noexcept {
+    static_assert(Keys::template contains<K>,
+                  "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
+                  "(the key's name is the key_t<...> argument in the instantiation above)");
+  }
+
+  template <class D>
+  static std::uint64_t to_ns(D d) noexcept {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    return ns > 0 ? static_cast<std::uint64_t>(ns) : 0;  // a steady clock never runs back
+  }
+
+  void record(std::size_t i, std::uint64_t ns) const noexcept {
+    cell& c = cells_[detail::thread_shard_seed() % Shards].k[i];
+    c.count.fetch_add(1, std::memory_order_relaxed);
+    c.total.fetch_add(ns, std::memory_order_relaxed);
+    for (auto m = c.min.load(std::memory_order_relaxed); ns < m;)
+      if (c.min.compare_exchange_weak(m, ns, std::memory_order_relaxed)) break;
+    for (auto m = c.max.load(std::memory_order_relaxed); ns > m;)
+      if (c.max.compare_exchange_weak(m, ns, std::memory_order_relaxed)) break;
+    c.buckets[histogram::bucket_of(ns)].fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void reset_all() noexcept {
+    for (std::size_t s = 0; s < Shards; ++s)
+      for (cell& c : cells_[s].k) {
+        c.count.store(0, std::memory_order_relaxed);
+        c.total.store(0, std::memory_order_relaxed);
+        c.min.store(UINT64_MAX, std::memory_order_relaxed);
+        c.max.store(0, std::memory_order_relaxed);
+        for (auto& b : c.buckets) b.store(0, std::memory_order_relaxed);
+      }
+  }
+
+  profile_snapshot collect(bool reset) const {
+    const auto now = Clock::now().time_since_epoch().count();
+    const auto then = reset ? epoch_.exchange(now, std::memory_order_relaxed) : epoch_.load(std::memory_order_relaxed);
+    profile_snapshot out;
+    out.window_ns = to_ns(duration{now - then});
+    out.keys.resize(Keys::size);
+    auto grab = [reset](std::atomic<std::uint64_t>& a, std::uint64_t fresh) {
+      return reset ? a.exchange(fresh, std::memory_order_relaxed) : a.load(std::memory_order_relaxed);
+    };
+    for (std::size_t i = 0; i < Keys::size; ++i) {
+      key_stats& ks = out.keys[i];
+      ks.name = std::string(Keys::names[i]);
+      std::uint64_t mn = UINT64_MAX;
+      for (std::size_t s = 0; s < Shards; ++s) {
+        cell& c = cells_[s].k[i];
+        ks.count += grab(c.count, 0);
+        ks.total_ns += grab(c.total, 0);
+        mn = std::min(mn, grab(c.min, UINT64_MAX));
+        ks.max_ns = std::max(ks.max_ns, grab(c.max, 0));
+        for (std::size_t b = 0; b < histogram::bucket_count; ++b) ks.buckets[b] += grab(c.buckets[b], 0);
+      }
+      ks.min_ns = ks.count ? mn : 0;
+    }
+    return out;
+  }
+
+  // Shared, mutable-through-const storage: recording is not a logical
+  // mutation of the stages that hold a const profiler_ref.
+  std::unique_ptr<shard[]> cells_;
+  mutable std::atomic<typename duration::rep> epoch_;
+};
+
+}  // namespace dflash

@@ -1,0 +1,102 @@
+#pragma once
+// Clock policies for the accumulating profiler. Any std::chrono-style clock
+// with a static noexcept now() works (steady_clock is the default); dflash adds
+// a TSC clock (cheaper reads on x86) and a manual clock for deterministic tests.
+
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <thread>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <x86intrin.h>
+#define DFLASH_HAS_TSC 1
+#else
+#define DFLASH_HAS_TSC 0
+#endif
+
+namespace dflash {
+
+template <class C>
+concept ProfilerClock = requires {
+  typename C::duration;
+  typename C::time_point;
+  { C::now() } noexcept -> std::same_as<typename C::time_point>;
+  { C::now() - C::now() } -> std::convertible_to<typename C::duration>;
+};
+
+/// A clock that only moves when told to. Global (static) so that the profiler
+/// can stay a plain type; tests set it, advance it, and never race on it.
+struct manual_clock {
+  using rep = std::int64_t;
+  using period = std::nano;
+  using duration = std::chrono::duration<rep, period>;
+  using time_point = std::chrono::time_point<manual_clock>;
+  static constexpr bool is_steady = true;
+
+  static time_point now() noexcept { return time_point{duration{ticks().load(std::memory_order_relaxed)}}; }
+  static void advance(duration d) noexcept { ticks().fetch_add(d.count(), std::memory_order_relaxed); }
+  static void set(time_point t) noexcept { ticks().store(t.time_since_epoch().count(), std::memory_order_relaxed); }
+
+ private:
+  static std::atomic<rep>& ticks() noexcept {
+    static std::atomic<rep> t{0};
+    return t;
+  }
+};
+
+#if DFLASH_HAS_TSC
+namespace detail {
+// ns = (tsc - base) * mult >> 32, calibrated once against steady_clock.
+struct tsc_calibration {
+  std::uint64_t base;
+  std::uint64_t mult;
+
+  static tsc_calibration measure() noexcept {
+    using sc = std::chrono::steady_clock;
+    const auto t0 = sc::now();
+    const std::uint64_t c0 = __rdtsc();
+    while (sc::now() - t0 < std::chrono::milliseconds(5)) {
+    }
+    const auto t1 = sc::now();
+    const std::uint64_t c1 = __rdtsc();
+    const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+    const double ns_per_tick = ns / static_cast<double>(c1 - c0);
+    return {c0, static_cast<std::uint64_t>(ns_per_tick * 4294967296.0)};
+  }
+};
+
+template <class = void>
+struct tsc_state {
+  // A static member of a class template is initialised only in programs that
+  // use the TSC clock, so merely including this header costs no start-up time.
+  static inline const tsc_calibration calibration = tsc_calibration::measure();
+};
+}  // namespace detail
+
+/// Reads the invariant TSC (rdtsc) and converts to nanoseconds with one
+/// multiply. Cheaper than steady_clock's vDSO call; not serialising, which is
+/// what a profiler of ≥100 ns regions wants.
+struct tsc_clock {
+  using rep = std::int64_t;
+  using period = std::nano;
+  using duration = std::chrono::duration<rep, period>;
+  using time_point = std::chrono::time_point<tsc_clock>;
+  static constexpr bool is_steady = true;
+
+  static time_point now() noexcept {
+    const auto& c = detail::tsc_state<>::calibration;
+    const unsigned __int128 t = __rdtsc() - c.base;
+    return time_point{duration{static_cast<rep>((t * c.mult) >> 32)}};
+  }
+};
+#else
+using tsc_clock = std::chrono::steady_clock;  // no TSC on this architecture
+#endif
+
+static_assert(ProfilerClock<std::chrono::steady_clock>);
+static_assert(ProfilerClock<manual_clock>);
+static_assert(ProfilerClock<tsc_clock>);
+
+}  // namespace dflash

@@ -1,0 +1,96 @@
+#pragma once
+// Human-readable table and JSON for a profile_snapshot.
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "dflash/profile/stats.hpp"
+
+namespace dflash {
+
+enum class report_format { table, json };
+
+namespace detail {
+inline void append_fmt(std::string& out, const char* fmt, auto... args) {
+  char buf[256];
+  const int n = std::snprintf(buf, sizeof buf, fmt, args...);
+  if (n > 0) out.append(buf, static_cast<std::size_t>(std::min<int>(n, sizeof buf - 1)));
+}
+
+inline void append_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) append_fmt(out, "\\u%04x", c);
+        else out += c;
+    }
+  }
+  out += '"';
+}
+
+inline double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+}  // namespace detail
+
+/// One row per key: count, total, mean, p50, p90, p99, max and share of the
+/// window's wall time (> 100 % means the key ran on several threads at once).
+inline std::string format_table(const profile_snapshot& s) {
+  using detail::append_fmt;
+  using detail::ms;
+  std::size_t w = 5;
+  for (const auto& k : s.keys) w = std::max(w, k.name.size());
+  const int wi = static_cast<int>(w);
+  std::string out;
+  append_fmt(out, "profile over %.3f s\n", static_cast<double>(s.window_ns) / 1e9);
+  append_fmt(out, "%-*s %10s %11s %10s %10s %10s %10s %10s %7s\n", wi, "stage", "count", "total s",
+             "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "% wall");
+  for (const auto& k : s.keys) {
+    if (k.count == 0) {
+      append_fmt(out, "%-*s %10d %11s %10s %10s %10s %10s %10s %7s\n", wi, k.name.c_str(), 0, "-", "-",
+                 "-", "-", "-", "-", "-");
+      continue;
+    }
+    const double share =
+        s.window_ns ? 100.0 * static_cast<double>(k.total_ns) / static_cast<double>(s.window_ns) : 0.0;
+    append_fmt(out, "%-*s %10llu %11.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.1f\n", wi, k.name.c_str(),
+               static_cast<unsigned long long>(k.count), static_cast<double>(k.total_ns) / 1e9,
+               k.mean_ns() / 1e6, ms(k.p50_ns()), ms(k.p90_ns()), ms(k.p99_ns()), ms(k.max_ns), share);
+  }
+  return out;
+}
+
+/// {"window_ns":N,"keys":[{"name":..,"count":..,"total_ns":..,"min_ns":..,
+///  "max_ns":..,"mean_ns":..,"p50_ns":..,"p90_ns":..,"p99_ns":..}, ...]}
+inline std::string format_json(const profile_snapshot& s) {
+  using detail::append_fmt;
+  std::string out;
+  append_fmt(out, "{\"window_ns\":%llu,\"keys\":[", static_cast<unsigned long long>(s.window_ns));
+  bool first = true;
+  for (const auto& k : s.keys) {
+    if (!first) out += ',';
+    first = false;
+    out += "{\"name\":";
+    detail::append_json_string(out, k.name);
+    append_fmt(out,
+               ",\"count\":%llu,\"total_ns\":%llu,\"min_ns\":%llu,\"max_ns\":%llu,\"mean_ns\":%.3f,"
+               "\"p50_ns\":%llu,\"p90_ns\":%llu,\"p99_ns\":%llu}",
+               static_cast<unsigned long long>(k.count), static_cast<unsigned long long>(k.total_ns),
+               static_cast<unsigned long long>(k.min_ns), static_cast<unsigned long long>(k.max_ns),
+               k.mean_ns(), static_cast<unsigned long long>(k.p50_ns()),
+               static_cast<unsigned long long>(k.p90_ns()), static_cast<unsigned long long>(k.p99_ns()));
+  }
+  out += "]}";
+  return out;
+}
+
+inline std::string format_report(const profile_snapshot& s, report_format f) {
+  return f == report_format::json ? format_json(s) : format_table(s);
+}
+
+}  // namespace dflash

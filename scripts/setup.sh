@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything dflash's build needs on a fresh Debian 12 machine, then
+# configures and builds the release preset. Idempotent: safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build ccache git
+  libboost1.81-dev          # Boost.Hana (header-only)
+  catch2                    # Catch2 v2.13, <catch2/catch.hpp>
+  libbenchmark-dev          # Google Benchmark
+  libcli11-dev              # CLI parser of the example
+  nlohmann-json3-dev        # tests parse the JSON reports with it
+  valgrind                  # scripts/zero_cost_check.sh (callgrind)
+  gnuplot-nox               # scripts/bench.sh plots
+  python3                   # scripts/ helpers (checks only, never the library)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi
+
+# nvcc is optional: with it, CUDA targets are compiled too (auto-detected).
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+if [[ ! -f /usr/local/cuda/lib64/cmake/cccl/cccl-config.cmake ]] && [[ -z "${CCCL_DIR:-}" ]]; then
+  echo "setup: CCCL (Thrust/CUB/libcu++) not found: install the CUDA toolkit (13.x) or set CCCL_DIR" >&2
+  exit 1
+fi
+
+cmake --preset release
+cmake --build --preset release
