@@ -87,7 +87,8 @@ struct tsc_clock {
 
   static time_point now() noexcept {
     const auto& c = detail::tsc_state<>::calibration;
-    const unsigned __int128 t = __rdtsc() - c.base;
+    __extension__ using u128 = unsigned __int128;  // 64x64→128 multiply, no overflow
+    const u128 t = __rdtsc() - c.base;
     return time_point{duration{static_cast<rep>((t * c.mult) >> 32)}};
   }
 };

@@ -1,0 +1,154 @@
+#include <catch2/catch.hpp>
+#include <dflash/profile.hpp>
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+using namespace dflash::literals;
+using namespace std::chrono_literals;
+using dflash::manual_clock;
+
+using keys = dflash::key_set<"forward", "pack", "idle">;
+using fake_profiler = dflash::AccumulatingProfiler<keys, manual_clock>;
+
+TEST_CASE("exact count, total, min, max and mean from a deterministic clock", "[accumulating]") {
+  manual_clock::set(manual_clock::time_point{});
+  fake_profiler p;
+  for (auto d : {5ms, 1ms, 3ms}) {
+    auto t = p.scope("forward"_key);
+    manual_clock::advance(d);
+  }
+  auto tok = p.begin("pack"_key);
+  manual_clock::advance(250us);
+  p.end("pack"_key, tok);
+  p.add("pack"_key, 750us);
+
+  const auto s = p.snapshot();
+  REQUIRE(s.window_ns == 9'250'000);  // 5 + 1 + 3 ms of forward, 250 us of pack
+  REQUIRE(s.keys.size() == 3);
+  const auto& f = s.keys[0];
+  CHECK(f.name == "forward");
+  CHECK(f.count == 3);
+  CHECK(f.total_ns == 9'000'000);
+  CHECK(f.min_ns == 1'000'000);
+  CHECK(f.max_ns == 5'000'000);
+  CHECK(f.mean_ns() == Approx(3'000'000.0));
+  const auto& pk = *s.find("pack");
+  CHECK(pk.count == 2);
+  CHECK(pk.total_ns == 1'000'000);
+  CHECK(pk.min_ns == 250'000);
+  CHECK(pk.max_ns == 750'000);
+  const auto& idle = *s.find("idle");
+  CHECK(idle.count == 0);
+  CHECK(idle.min_ns == 0);
+  CHECK(idle.max_ns == 0);
+}
+
+TEST_CASE("percentiles come from the histogram within its 1/16 resolution", "[accumulating]") {
+  fake_profiler p;
+  for (int i = 1; i <= 1000; ++i) p.add("forward"_key, std::chrono::microseconds(i));
+  const auto s = p.snapshot();
+  const auto& f = s.keys[0];
+  auto near = [](std::uint64_t got, double want) {
+    return std::abs(static_cast<double>(got) - want) <= want / 16.0;
+  };
+  CHECK(near(f.p50_ns(), 500'000.0));
+  CHECK(near(f.p90_ns(), 900'000.0));
+  CHECK(near(f.p99_ns(), 990'000.0));
+  CHECK(f.percentile_ns(0.0) == f.min_ns);
+  CHECK(f.percentile_ns(1.0) <= f.max_ns);
+  CHECK(f.p50_ns() <= f.p90_ns());
+  CHECK(f.p90_ns() <= f.p99_ns());
+}
+
+TEST_CASE("clear() empties every key and restarts the window", "[accumulating]") {
+  manual_clock::set(manual_clock::time_point{});
+  fake_profiler p;
+  p.add("forward"_key, 2ms);
+  manual_clock::advance(10ms);
+  p.clear();
+  auto s = p.snapshot();
+  CHECK(s.window_ns == 0);
+  for (const auto& k : s.keys) {
+    CHECK(k.count == 0);
+    CHECK(k.total_ns == 0);
+  }
+  p.add("forward"_key, 1ms);  // still records after clear, min re-armed
+  s = p.snapshot();
+  CHECK(s.keys[0].count == 1);
+  CHECK(s.keys[0].min_ns == 1'000'000);
+}
+
+TEST_CASE("take() returns the window and resets it", "[accumulating]") {
+  manual_clock::set(manual_clock::time_point{});
+  fake_profiler p;
+  p.add("idle"_key, 4ms);
+  manual_clock::advance(1s);
+  const auto first = p.take();
+  CHECK(first.window_ns == 1'000'000'000);
+  CHECK(first.find("idle")->count == 1);
+  const auto second = p.take();
+  CHECK(second.window_ns == 0);
+  CHECK(second.find("idle")->count == 0);
+}
+
+TEST_CASE("a negative duration is an error, not a silent clamp", "[accumulating]") {
+  fake_profiler p;
+  REQUIRE_THROWS_WITH(p.add("forward"_key, -1ms), Catch::Contains("negative duration") && Catch::Contains("forward"));
+  REQUIRE(p.count("forward"_key) == 0);
+}
+
+TEST_CASE("the TSC clock measures real time within reason", "[accumulating]") {
+  const auto t0 = dflash::tsc_clock::now();
+  const auto s0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(20ms);
+  const auto tsc = dflash::tsc_clock::now() - t0;
+  const auto steady = std::chrono::steady_clock::now() - s0;
+  const double ratio = std::chrono::duration<double>(tsc) / std::chrono::duration<double>(steady);
+  CHECK(ratio == Approx(1.0).epsilon(0.05));
+}
+
+namespace {
+template <class Profiler>
+void hammer(Profiler& p, int threads, int per_thread) {
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&p, per_thread, t] {
+      for (int i = 0; i < per_thread; ++i) p.add("forward"_key, std::chrono::nanoseconds(1 + (i + t) % 1000));
+    });
+  for (auto& th : pool) th.join();
+}
+}  // namespace
+
+TEST_CASE("8 threads x 100000 adds lose no update", "[accumulating][stress]") {
+  dflash::AccumulatingProfiler<keys> p;
+  hammer(p, 8, 100'000);
+  const auto s = p.snapshot();
+  const auto& f = s.keys[0];
+  REQUIRE(f.count == 800'000);
+  std::uint64_t want_total = 0;
+  for (int t = 0; t < 8; ++t)
+    for (int i = 0; i < 100'000; ++i) want_total += 1 + (i + t) % 1000;
+  REQUIRE(f.total_ns == want_total);
+  REQUIRE(f.min_ns == 1);
+  REQUIRE(f.max_ns == 1000);
+  std::uint64_t in_buckets = 0;
+  for (auto b : f.buckets) in_buckets += b;
+  REQUIRE(in_buckets == 800'000);
+}
+
+TEST_CASE("take() while 4 threads record: every add lands in exactly one window", "[accumulating][stress]") {
+  dflash::AccumulatingProfiler<keys> p;
+  std::atomic<bool> done{false};
+  std::uint64_t taken = 0;
+  std::thread reporter([&] {
+    while (!done.load()) taken += p.take().keys[0].count;
+  });
+  hammer(p, 4, 100'000);
+  done = true;
+  reporter.join();
+  taken += p.take().keys[0].count;
+  REQUIRE(taken == 400'000);
+}
