@@ -3,13 +3,16 @@
 // log-scale latency histogram, with no lock and no lost update.
 //
 // Recording threads are spread over `Shards` cache-line-aligned shards
-// (striped counters, as in Java's LongAdder): each thread gets a shard on
-// first use, and updates are relaxed atomic RMWs on that shard, so two threads
+// (striped counters, as in Java's LongAdder): each live thread holds a slot,
+// so up to `Shards` concurrent threads never share a shard, and updates are relaxed atomic RMWs on that shard, so two threads
 // collide only when they share a shard, and even then nothing is lost.
 // snapshot() merges the shards; take() merges and resets with atomic
 // exchanges, so every add() lands in exactly one report.
 
 #include <array>
+#include <bit>
+#include <functional>
+#include <thread>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -29,12 +32,42 @@
 namespace dflash {
 
 namespace detail {
-/// Round-robin shard index of the calling thread, fixed at its first call.
-inline unsigned thread_shard_seed() noexcept {
-  static std::atomic<unsigned> next{0};
-  thread_local const unsigned mine = next.fetch_add(1, std::memory_order_relaxed);
-  return mine;
-}
+/// The calling thread's slot: the lowest slot no live thread holds, claimed at
+/// the thread's first record and released when it exits. So up to `Shards`
+/// concurrent threads never share a shard, however many threads come and go
+/// (a round-robin counter would collide once thread ids wrap).
+class thread_slot {
+ public:
+  static unsigned get() noexcept {
+    thread_local const thread_slot mine;
+    return mine.index_;
+  }
+
+ private:
+  static constexpr unsigned slots = 64;
+  static std::atomic<std::uint64_t>& used() noexcept {
+    static std::atomic<std::uint64_t> mask{0};
+    return mask;
+  }
+  thread_slot() noexcept {
+    auto& m = used();
+    for (auto cur = m.load(std::memory_order_relaxed); ~cur != 0;) {
+      const unsigned i = static_cast<unsigned>(std::countr_one(cur));
+      if (m.compare_exchange_weak(cur, cur | (std::uint64_t{1} << i), std::memory_order_relaxed)) {
+        index_ = i;
+        owned_ = true;
+        return;
+      }
+    }
+    // More than 64 live recording threads: share slots (still exact, atomics).
+    index_ = static_cast<unsigned>(std::hash<std::thread::id>{}(std::this_thread::get_id()) % slots);
+  }
+  ~thread_slot() {
+    if (owned_) used().fetch_and(~(std::uint64_t{1} << index_), std::memory_order_relaxed);
+  }
+  unsigned index_ = 0;
+  bool owned_ = false;
+};
 }  // namespace detail
 
 template <class Keys, ProfilerClock Clock = std::chrono::steady_clock, std::size_t Shards = 8>
@@ -139,7 +172,7 @@ class AccumulatingProfiler {
   }
 
   void record(std::size_t i, std::uint64_t ns) const noexcept {
-    cell& c = cells_[detail::thread_shard_seed() % Shards].k[i];
+    cell& c = cells_[detail::thread_slot::get() % Shards].k[i];
     c.count.fetch_add(1, std::memory_order_relaxed);
     c.total.fetch_add(ns, std::memory_order_relaxed);
     for (auto m = c.min.load(std::memory_order_relaxed); ns < m;)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Proof that NullProfiler costs nothing: the same hot loop built without
+# instrumentation, with NullProfiler and with AccumulatingProfiler is run under
+# callgrind; the instruction count of dflash_hot_loop (inclusive) must be
+# identical for the baseline and every zero-cost variant, and so must its
+# machine code. Last line: "instructions: baseline=N null=N accumulating=M".
+#
+# usage: scripts/zero_cost_check.sh [BUILD_DIR]   (default build/release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/release}
+
+# Variants that must match the baseline exactly, and those that only report.
+zero_cost_variants=(null)
+costed_variants=(accumulating)
+all=(baseline "${zero_cost_variants[@]}" "${costed_variants[@]}")
+
+command -v valgrind >/dev/null || { echo "zero_cost_check: valgrind not found (scripts/setup.sh installs it)" >&2; exit 2; }
+[[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" --target "${all[@]/#/zero_cost_}" >/dev/null
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+declare -A ir checksum
+for v in "${all[@]}"; do
+  exe=$build/benchmarks/zero_cost/zero_cost_$v
+  checksum[$v]=$(valgrind --tool=callgrind --callgrind-out-file="$tmp/$v.out" \
+                   --toggle-collect=dflash_hot_loop "$exe" 2>"$tmp/$v.log")
+  ir[$v]=$(callgrind_annotate "$tmp/$v.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  [[ -n ${ir[$v]} ]] || { echo "zero_cost_check: no count for $v" >&2; cat "$tmp/$v.log" >&2; exit 2; }
+  # The function's instructions, without addresses, for a byte-level compare.
+  objdump -d --no-show-raw-insn --no-addresses "$exe" |
+    awk '/^<dflash_hot_loop>:/ {on=1; next} on && /^$/ {exit} on' |
+    sed -E 's/<[^>]*>//g; s/ +# .*//' >"$tmp/$v.asm"
+done
+
+status=0
+for v in "${all[@]}"; do
+  [[ ${checksum[$v]} == "${checksum[baseline]}" ]] ||
+    { echo "FAIL: $v computes ${checksum[$v]}, baseline ${checksum[baseline]}"; status=1; }
+done
+for v in "${zero_cost_variants[@]}"; do
+  if [[ ${ir[$v]} != "${ir[baseline]}" ]]; then
+    echo "FAIL: $v runs ${ir[$v]} instructions, baseline ${ir[baseline]}"; status=1
+  fi
+  if cmp -s "$tmp/baseline.asm" "$tmp/$v.asm"; then
+    echo "machine code of dflash_hot_loop: $v identical to baseline ($(wc -l <"$tmp/$v.asm") instructions)"
+  else
+    echo "FAIL: machine code of dflash_hot_loop differs between baseline and $v:"
+    diff "$tmp/baseline.asm" "$tmp/$v.asm" | head -20
+    status=1
+  fi
+done
+extra=""
+for v in "${zero_cost_variants[@]}" "${costed_variants[@]}"; do
+  [[ $v == null || $v == accumulating ]] || extra+=" $v=${ir[$v]}"
+done
+[[ -z $extra ]] || echo "instructions (more variants):$extra"
+echo "instructions: baseline=${ir[baseline]} null=${ir[null]} accumulating=${ir[accumulating]}"
+exit $status
