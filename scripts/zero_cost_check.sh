@@ -30,7 +30,7 @@ for v in "${all[@]}"; do
   [[ -n ${ir[$v]} ]] || { echo "zero_cost_check: no count for $v" >&2; cat "$tmp/$v.log" >&2; exit 2; }
   # The function's instructions, without addresses, for a byte-level compare.
   objdump -d --no-show-raw-insn --no-addresses "$exe" |
-    awk '/^<dflash_hot_loop>:/ {on=1; next} on && /^$/ {exit} on' |
+    awk '/^<dflash_hot_loop>:/ {on=1; next} on && /^$/ {on=0} on' |
     sed -E 's/<[^>]*>//g; s/ +# .*//' >"$tmp/$v.asm"
 done
 
