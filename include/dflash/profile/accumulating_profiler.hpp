@@ -140,18 +140,20 @@ class AccumulatingProfiler {
 
   std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
 
-  /// Lifetime-of-profiler count for one key (cheap; for tests and progress).
+  /// Records of one key in the current window (sums its histogram; for tests and progress).
   template <fixed_string K>
   std::uint64_t count(key_t<K>) const noexcept {
     check_key<K>();
     std::uint64_t c = 0;
-    for (std::size_t s = 0; s < Shards; ++s) c += cells_[s].k[Keys::template index_of<K>()].count.load(std::memory_order_relaxed);
+    for (std::size_t s = 0; s < Shards; ++s)
+      for (const auto& b : cells_[s].k[Keys::template index_of<K>()].buckets) c += b.load(std::memory_order_relaxed);
     return c;
   }
 
  private:
+  // The count is the sum of the histogram's buckets: one RMW fewer per record.
   struct cell {
-    std::atomic<std::uint64_t> count, total, min, max;
+    std::atomic<std::uint64_t> total, min, max;
     std::array<std::atomic<std::uint64_t>, histogram::bucket_count> buckets;
   };
   struct alignas(64) shard {
@@ -173,7 +175,6 @@ class AccumulatingProfiler {
 
   void record(std::size_t i, std::uint64_t ns) const noexcept {
     cell& c = cells_[detail::thread_slot::get() % Shards].k[i];
-    c.count.fetch_add(1, std::memory_order_relaxed);
     c.total.fetch_add(ns, std::memory_order_relaxed);
     for (auto m = c.min.load(std::memory_order_relaxed); ns < m;)
       if (c.min.compare_exchange_weak(m, ns, std::memory_order_relaxed)) break;
@@ -185,7 +186,6 @@ class AccumulatingProfiler {
   void reset_all() noexcept {
     for (std::size_t s = 0; s < Shards; ++s)
       for (cell& c : cells_[s].k) {
-        c.count.store(0, std::memory_order_relaxed);
         c.total.store(0, std::memory_order_relaxed);
         c.min.store(UINT64_MAX, std::memory_order_relaxed);
         c.max.store(0, std::memory_order_relaxed);
@@ -208,12 +208,12 @@ class AccumulatingProfiler {
       std::uint64_t mn = UINT64_MAX;
       for (std::size_t s = 0; s < Shards; ++s) {
         cell& c = cells_[s].k[i];
-        ks.count += grab(c.count, 0);
         ks.total_ns += grab(c.total, 0);
         mn = std::min(mn, grab(c.min, UINT64_MAX));
         ks.max_ns = std::max(ks.max_ns, grab(c.max, 0));
         for (std::size_t b = 0; b < histogram::bucket_count; ++b) ks.buckets[b] += grab(c.buckets[b], 0);
       }
+      for (const auto b : ks.buckets) ks.count += b;
       ks.min_ns = ks.count ? mn : 0;
     }
     return out;
