@@ -1,0 +1,127 @@
+#pragma once
+// Hidden-state packing: padded [batch, seq, hidden] <-> packed [tokens, hidden].
+//
+// Row b holds lengths[b] valid tokens at s = 0 .. lengths[b]-1 (right padding).
+// pack copies them, in batch order, to packed rows cu_seqlens[b] ..
+// cu_seqlens[b+1]-1, where cu_seqlens (int32, batch+1 entries) is the
+// inclusive prefix sum of lengths with cu_seqlens[0] = 0 (flash-attention's
+// varlen convention). unpack is the inverse scatter; padding rows become zero
+// (all-zero bytes, i.e. +0.0 for fp32 and bf16).
+//
+// Element types are any trivially copyable T (fp32, dflash::bf16, ...): the
+// ops copy bytes. The GPU path (pack_hidden_states.cuh) uses 16-byte vector
+// copies when rows and pointers are 16-byte aligned.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "dflash/ops/keys.hpp"
+#include "dflash/ops/validate.hpp"
+#include "dflash/profile/null_profiler.hpp"
+#include "dflash/profile/profiler_policy.hpp"
+
+namespace dflash::ops {
+
+struct hidden_shape {
+  std::int32_t batch = 0;
+  std::int32_t seq = 0;
+  std::int32_t hidden = 0;
+
+  [[nodiscard]] constexpr std::size_t padded_elements() const noexcept {
+    return static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq) * static_cast<std::size_t>(hidden);
+  }
+};
+
+namespace detail {
+inline void check_shape(const hidden_shape& s, std::string_view op) {
+  require_non_negative(s.batch, op, "batch");
+  require_non_negative(s.seq, op, "seq");
+  require(s.hidden > 0, op, "hidden = " + std::to_string(s.hidden) + " must be positive");
+}
+
+/// Checks cu (batch+1 entries, starts at 0, steps in [0, seq]); returns the token count.
+inline std::int32_t check_cu_seqlens(std::span<const std::int32_t> cu, const hidden_shape& s, std::string_view op) {
+  require_size(cu.size(), static_cast<std::size_t>(s.batch) + 1, op, "cu_seqlens");
+  require(cu[0] == 0, op, "cu_seqlens[0] = " + std::to_string(cu[0]) + " must be 0");
+  for (std::size_t b = 0; b < static_cast<std::size_t>(s.batch); ++b) {
+    const std::int64_t len = static_cast<std::int64_t>(cu[b + 1]) - cu[b];
+    if (len < 0 || len > s.seq)
+      fail(op, "cu_seqlens[" + std::to_string(b + 1) + "] - cu_seqlens[" + std::to_string(b) + "] = " +
+                   std::to_string(len) + " is not a length in [0, seq = " + std::to_string(s.seq) + "]");
+  }
+  return cu[static_cast<std::size_t>(s.batch)];
+}
+}  // namespace detail
+
+/// cu_seqlens from lengths (each in [0, seq]); cu.size() must be lengths.size() + 1.
+inline std::int32_t cu_seqlens(std::span<const std::int32_t> lengths, std::int32_t seq, std::span<std::int32_t> cu) {
+  constexpr std::string_view op = "cu_seqlens";
+  detail::require_non_negative(seq, op, "seq");
+  const std::int32_t total = detail::checked_total(lengths, seq, op);
+  detail::require_size(cu.size(), lengths.size() + 1, op, "cu_seqlens");
+  std::int32_t acc = 0;
+  cu[0] = 0;
+  for (std::size_t b = 0; b < lengths.size(); ++b) cu[b + 1] = acc += lengths[b];
+  return total;
+}
+
+/// Gather valid tokens. padded.size() == batch*seq*hidden; lengths.size() == batch,
+/// each in [0, seq]; packed.size() >= sum(lengths)*hidden (only that prefix is
+/// written); cu_seqlens.size() == batch+1. Returns the token count.
+template <class T, ProfilerPolicy P = NullProfiler>
+  requires std::is_trivially_copyable_v<T>
+std::int32_t pack_hidden_states(std::span<const T> padded, const hidden_shape& shape,
+                                std::span<const std::int32_t> lengths, std::span<T> packed,
+                                std::span<std::int32_t> cu, profiler_ref<P> prof = {}) {
+  using namespace dflash::literals;
+  constexpr std::string_view op = "pack_hidden_states";
+  detail::check_shape(shape, op);
+  detail::require_size(padded.size(), shape.padded_elements(), op, "padded");
+  detail::require_size(lengths.size(), static_cast<std::size_t>(shape.batch), op, "lengths");
+  const std::int32_t total = detail::checked_total(lengths, shape.seq, op);
+  const std::size_t h = static_cast<std::size_t>(shape.hidden);
+  detail::require(packed.size() >= static_cast<std::size_t>(total) * h, op,
+                  "packed has " + std::to_string(packed.size()) + " elements, needs " +
+                      std::to_string(static_cast<std::size_t>(total) * h));
+  detail::require_size(cu.size(), lengths.size() + 1, op, "cu_seqlens");
+  auto timer = prof->scope("pack_hidden_states"_key);
+  cu_seqlens(lengths, shape.seq, cu);
+  const std::size_t row = static_cast<std::size_t>(shape.seq) * h;
+  for (std::size_t b = 0; b < lengths.size(); ++b) {
+    // A row's valid tokens are contiguous: one copy per sequence.
+    const std::size_t n = static_cast<std::size_t>(lengths[b]) * h;
+    if (n != 0) std::memcpy(packed.data() + static_cast<std::size_t>(cu[b]) * h, padded.data() + b * row, n * sizeof(T));
+  }
+  return total;
+}
+
+/// Inverse scatter: padded.size() == batch*seq*hidden; cu_seqlens valid for
+/// (batch, seq); packed.size() >= cu_seqlens[batch]*hidden. Padding is zeroed.
+template <class T, ProfilerPolicy P = NullProfiler>
+  requires std::is_trivially_copyable_v<T>
+void unpack_hidden_states(std::span<const T> packed, std::span<const std::int32_t> cu, const hidden_shape& shape,
+                          std::span<T> padded, profiler_ref<P> prof = {}) {
+  using namespace dflash::literals;
+  constexpr std::string_view op = "unpack_hidden_states";
+  detail::check_shape(shape, op);
+  detail::require_size(padded.size(), shape.padded_elements(), op, "padded");
+  const std::int32_t total = detail::check_cu_seqlens(cu, shape, op);
+  const std::size_t h = static_cast<std::size_t>(shape.hidden);
+  detail::require(packed.size() >= static_cast<std::size_t>(total) * h, op,
+                  "packed has " + std::to_string(packed.size()) + " elements, needs " +
+                      std::to_string(static_cast<std::size_t>(total) * h));
+  auto timer = prof->scope("unpack_hidden_states"_key);
+  const std::size_t row = static_cast<std::size_t>(shape.seq) * h;
+  for (std::size_t b = 0; b < static_cast<std::size_t>(shape.batch); ++b) {
+    const std::size_t n = static_cast<std::size_t>(cu[b + 1] - cu[b]) * h;
+    T* dst = padded.data() + b * row;
+    if (n != 0) std::memcpy(dst, packed.data() + static_cast<std::size_t>(cu[b]) * h, n * sizeof(T));
+    if (row != n) std::memset(static_cast<void*>(dst + n), 0, (row - n) * sizeof(T));
+  }
+}
+
+}  // namespace dflash::ops
