@@ -1,0 +1,5 @@
+#pragma once
+// Pipelines: the Stage concept, Pipeline, and the periodic reporter.
+#include "dflash/pipeline/periodic_reporter.hpp"
+#include "dflash/pipeline/pipeline.hpp"
+#include "dflash/pipeline/stage.hpp"

@@ -1,0 +1,119 @@
+#pragma once
+// The Stage concept: what dflash::Pipeline runs on its threads.
+//
+// A stage is a plain class (usually a template on the profiler policy P that
+// holds `[[no_unique_address]] dflash::profiler_ref<P> prof;` for its own keys):
+//
+//   template <class P>
+//   struct target_forward {
+//     static constexpr dflash::fixed_string name{"target"};   // keys "target.wait", "target.work"
+//     using input_type  = Batch;                               // void for a source
+//     using output_type = HiddenStates;                        // void for a sink
+//     using keys = dflash::key_set<"target.h2d">;              // optional own keys; must not depend on P
+//     HiddenStates operator()(Batch&& b, std::size_t worker);  // or operator()(Batch&&)
+//   };
+//
+// Call shapes (the trailing std::size_t worker index is optional everywhere):
+//   source     std::optional<Out> operator()()       empty optional = exhausted
+//   transform  Out operator()(In&&)
+//   sink       void operator()(In&&)
+// A stage run by N workers is one object called from N threads at once, so
+// its call operator must be safe for that (or use the worker index to pick
+// per-worker state).
+
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <type_traits>
+
+#include "dflash/profile/fixed_string.hpp"
+#include "dflash/profile/key.hpp"
+#include "dflash/queue/queue_keys.hpp"
+
+namespace dflash {
+
+namespace detail {
+template <class T>
+struct is_fixed_string : std::false_type {};
+template <std::size_t N>
+struct is_fixed_string<fixed_string<N>> : std::true_type {};
+
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+
+template <class S, class... Args>
+concept callable_maybe_indexed = std::invocable<S&, Args...> || std::invocable<S&, Args..., std::size_t>;
+
+template <class S, class... Args>
+using stage_result_t = typename std::conditional_t<std::invocable<S&, Args..., std::size_t>,
+                                                   std::invoke_result<S&, Args..., std::size_t>,
+                                                   std::invoke_result<S&, Args...>>::type;
+}  // namespace detail
+
+/// Has `static constexpr dflash::fixed_string name{...}`, input_type and output_type.
+template <class S>
+concept NamedStage = requires {
+  typename S::input_type;
+  typename S::output_type;
+  S::name;
+} && detail::is_fixed_string<std::remove_cv_t<decltype(S::name)>>::value;
+
+template <class S>
+concept SourceStage = NamedStage<S> && std::is_void_v<typename S::input_type> &&
+                      !std::is_void_v<typename S::output_type> && detail::callable_maybe_indexed<S> &&
+                      std::same_as<detail::stage_result_t<S>, std::optional<typename S::output_type>>;
+
+template <class S>
+concept TransformStage = NamedStage<S> && !std::is_void_v<typename S::input_type> &&
+                         !std::is_void_v<typename S::output_type> &&
+                         detail::callable_maybe_indexed<S, typename S::input_type&&> &&
+                         std::convertible_to<detail::stage_result_t<S, typename S::input_type&&>,
+                                             typename S::output_type>;
+
+template <class S>
+concept SinkStage = NamedStage<S> && !std::is_void_v<typename S::input_type> &&
+                    std::is_void_v<typename S::output_type> &&
+                    detail::callable_maybe_indexed<S, typename S::input_type&&>;
+
+template <class S>
+concept Stage = SourceStage<S> || TransformStage<S> || SinkStage<S>;
+
+/// Run stage S on N threads: `dflash::workers<target_forward<P>, 4>`.
+template <Stage S, std::size_t N>
+struct workers {
+  static_assert(N > 0, "dflash::workers<S, N>: a stage needs at least one worker (N > 0)");
+  using stage = S;
+  static constexpr std::size_t count = N;
+};
+
+/// The bounded queue between two stages: `dflash::queue_spec<"hs_queue", 60>`.
+template <fixed_string Name, std::size_t Depth>
+struct queue_spec {
+  static_assert(Depth > 0, "dflash::queue_spec<Name, Depth>: Depth must be at least 1");
+  static constexpr auto name = Name;
+  static constexpr std::size_t depth = Depth;
+};
+
+/// Keys a stage named Name gets from the pipeline: blocked on its queues vs in its call.
+template <fixed_string Name>
+using stage_wait_key = key_t<name_cat<Name, ".wait">>;
+template <fixed_string Name>
+using stage_work_key = key_t<name_cat<Name, ".work">>;
+
+/// All keys of stage S: "<name>.wait", "<name>.work", then S::keys if it has any.
+template <Stage S>
+struct stage_keys {
+  using type = key_set<name_cat<S::name, ".wait">, name_cat<S::name, ".work">>;
+};
+template <Stage S>
+  requires requires { typename S::keys; }
+struct stage_keys<S> {
+  static_assert(is_key_set<typename S::keys>::value, "dflash: a stage's `keys` member must be a dflash::key_set<...>");
+  using type = key_set_cat_t<key_set<name_cat<S::name, ".wait">, name_cat<S::name, ".work">>, typename S::keys>;
+};
+template <Stage S>
+using stage_keys_t = typename stage_keys<S>::type;
+
+}  // namespace dflash

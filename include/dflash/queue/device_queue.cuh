@@ -1,0 +1,228 @@
+#pragma once
+// device_queue: a queue of GPU-resident items (hidden-state rows, tokens, ...)
+// in a ring of slots in device memory. CUDA only (include from .cu files).
+//
+//   dflash::device_queue<Row> q(1 << 16);            // cudaMalloc'd ring
+//   auto v = q.view();                                // trivially copyable, pass to kernels
+//   // in a kernel, every lane of a full warp:
+//   v.warp_try_push(my_rows, my_count);               // one atomic for the whole warp
+//   v.block_try_push<256>(my_rows, my_count);         // one atomic for the whole block
+//   // from the host, on the producer stream (no host sync):
+//   dflash::enqueue_padded(v, d_rows, max_len, d_lengths, n, d_offsets, d_ticket, d_temp, temp_bytes, s);
+//   dflash::stream_handoff h;  h.produced(producer);  h.consume_after(consumer);
+//
+// Reservation, wrap-around, full/empty and close are ring_control's (shared
+// with the host twin host_ring and stress-tested on host threads); this file
+// adds only the aggregation (cub::WarpScan / cub::BlockScan offsets), the
+// packed enqueue (cub::DeviceScan on the caller's stream and temp storage) and
+// the stream-ordered hand-off (events + cudaStreamWaitEvent).
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cub/warp/warp_scan.cuh>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "dflash/queue/ring_control.hpp"
+
+namespace dflash {
+
+namespace detail {
+inline void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("dflash: ") + what + ": " + cudaGetErrorString(e));
+}
+
+template <class = void>
+__global__ void ring_init_kernel(ring_control ctl) {
+  const unsigned long long n = ctl.capacity();
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < n; i += 1ull * gridDim.x * blockDim.x)
+    ctl.init_slot(i);
+  if (blockIdx.x == 0 && threadIdx.x == 0) ctl.init_header();
+}
+
+template <class = void>
+__global__ void ring_close_kernel(ring_control ctl) { ctl.close(); }
+}  // namespace detail
+
+/// What kernels use: the control view plus the slot array. Trivially copyable.
+template <class T>
+struct device_queue_view {
+  ring_control ctl;
+  T* data;
+
+  static constexpr unsigned full_mask = 0xffffffffu;
+
+  /// Every lane of a full, converged warp calls this with its own n items (n may
+  /// be 0). One CAS for the warp; all lanes' items go in, or none. Same status
+  /// on every lane.
+  __device__ ring_status warp_try_push(const T* items, std::uint32_t n) const {
+    using scan = cub::WarpScan<std::uint32_t>;
+    __shared__ typename scan::TempStorage tmp[32];  // one per warp of a <= 1024-thread block
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    std::uint32_t offset = 0, total = 0;
+    scan(tmp[warp]).ExclusiveSum(n, offset, total);
+    ring_ticket t{ring_status::ok, 0, 0};
+    if (lane == 0) t = ctl.try_reserve_push(total);
+    const auto status = static_cast<ring_status>(__shfl_sync(full_mask, static_cast<int>(t.status), 0));
+    const unsigned long long first = __shfl_sync(full_mask, t.first, 0);
+    if (status == ring_status::ok) write(first + offset, items, n);
+    return status;
+  }
+
+  /// Every thread of a 1-D block of BlockThreads threads calls this. One CAS
+  /// for the block; all items or none. Same status on every thread.
+  template <int BlockThreads>
+  __device__ ring_status block_try_push(const T* items, std::uint32_t n) const {
+    using scan = cub::BlockScan<std::uint32_t, BlockThreads>;
+    __shared__ typename scan::TempStorage tmp;
+    __shared__ ring_ticket ticket;
+    std::uint32_t offset = 0, total = 0;
+    scan(tmp).ExclusiveSum(n, offset, total);
+    if (threadIdx.x == 0) ticket = ctl.try_reserve_push(total);
+    __syncthreads();
+    const ring_ticket t = ticket;
+    __syncthreads();  // ticket may be reused by the next call
+    if (t.status == ring_status::ok) write(t.first + offset, items, n);
+    return t.status;
+  }
+
+  /// Every lane of a full warp calls this; up to 32 items are reserved with one
+  /// CAS, lane i gets item i. Returns true on the lanes that got an item;
+  /// `status` (same on every lane) is ok, empty or closed.
+  __device__ bool warp_try_pop(T& out, ring_status& status) const {
+    const unsigned lane = threadIdx.x % 32;
+    ring_ticket t{ring_status::ok, 0, 0};
+    if (lane == 0) t = ctl.try_reserve_pop(32);
+    status = static_cast<ring_status>(__shfl_sync(full_mask, static_cast<int>(t.status), 0));
+    const std::uint32_t count = __shfl_sync(full_mask, t.count, 0);
+    const unsigned long long first = __shfl_sync(full_mask, t.first, 0);
+    if (lane >= count) return false;
+    out = data[ctl.slot(first + lane)];
+    ctl.release(first + lane);
+    return true;
+  }
+
+  /// Store one already-reserved position (for kernels that reserved by other means).
+  __device__ void put(unsigned long long pos, const T& v) const {
+    data[ctl.slot(pos)] = v;
+    ctl.publish(pos);  // release: the store above is visible before the slot is
+  }
+
+ private:
+  __device__ void write(unsigned long long first, const T* items, std::uint32_t n) const {
+    for (std::uint32_t j = 0; j < n; ++j) put(first + j, items[j]);
+  }
+};
+
+/// Owns the ring in device memory. Construction initialises it on `stream`
+/// and waits once (set-up, not the hot path).
+template <class T>
+class device_queue {
+ public:
+  explicit device_queue(std::size_t capacity, cudaStream_t stream = nullptr) : cap_(capacity) {
+    if (capacity == 0) throw std::invalid_argument("dflash::device_queue: capacity must be at least 1 (got 0)");
+    detail::cuda_check(cudaMalloc(&header_, sizeof(ring_header)), "cudaMalloc(ring header)");
+    detail::cuda_check(cudaMalloc(&seq_, capacity * sizeof(unsigned long long)), "cudaMalloc(ring sequence words)");
+    detail::cuda_check(cudaMalloc(&data_, capacity * sizeof(T)), "cudaMalloc(ring slots)");
+    const ring_control ctl(header_, seq_, cap_);
+    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((capacity + 255) / 256, 1024));
+    detail::ring_init_kernel<> <<<blocks, 256, 0, stream>>>(ctl);
+    detail::cuda_check(cudaGetLastError(), "ring init launch");
+    detail::cuda_check(cudaStreamSynchronize(stream), "ring init");
+  }
+  device_queue(const device_queue&) = delete;
+  device_queue& operator=(const device_queue&) = delete;
+  ~device_queue() {
+    cudaFree(data_);
+    cudaFree(seq_);
+    cudaFree(header_);
+  }
+
+  [[nodiscard]] device_queue_view<T> view() const noexcept { return {ring_control(header_, seq_, cap_), data_}; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
+
+  /// Stream-ordered close: takes effect after the work already on `stream`.
+  void close(cudaStream_t stream) const {
+    detail::ring_close_kernel<> <<<1, 1, 0, stream>>>(ring_control(header_, seq_, cap_));
+    detail::cuda_check(cudaGetLastError(), "ring close launch");
+  }
+
+ private:
+  std::size_t cap_;
+  ring_header* header_ = nullptr;
+  unsigned long long* seq_ = nullptr;
+  T* data_ = nullptr;
+};
+
+namespace detail {
+// One thread: reserve the whole batch (sum of lengths) with one CAS.
+template <class T>
+__global__ void packed_reserve_kernel(device_queue_view<T> q, const int* lengths, const int* offsets, int n,
+                                      ring_ticket* ticket) {
+  const int total = n > 0 ? offsets[n - 1] + lengths[n - 1] : 0;
+  *ticket = q.ctl.try_reserve_push(static_cast<std::uint32_t>(total));
+}
+
+// Grid (x: tokens, y: sequences): element t of sequence b goes to position
+// first + offsets[b] + t.
+template <class T>
+__global__ void packed_copy_kernel(device_queue_view<T> q, const T* values, int max_len, const int* lengths,
+                                   const int* offsets, int n, const ring_ticket* ticket) {
+  const ring_ticket t = *ticket;
+  if (t.status != ring_status::ok) return;
+  for (int b = blockIdx.y; b < n; b += gridDim.y)
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < lengths[b]; i += gridDim.x * blockDim.x)
+      q.put(t.first + static_cast<unsigned long long>(offsets[b]) + i,
+            values[static_cast<std::size_t>(b) * max_len + i]);
+}
+}  // namespace detail
+
+/// Enqueue n variable-length sequences from a padded [n, max_len] device array
+/// as one packed run: sequence b lands at ring position ticket.first +
+/// offsets[b]. Everything runs on `stream`; the host never waits.
+/// CUB convention: call first with d_temp == nullptr to get temp_bytes.
+/// `d_offsets` (n ints) and `d_ticket` are caller-owned device outputs; if the
+/// ring had no room (*d_ticket).status is full / too_large / closed and nothing
+/// was written.
+template <class T>
+void enqueue_padded(device_queue_view<T> q, const T* d_values, int max_len, const int* d_lengths, int n,
+                    int* d_offsets, ring_ticket* d_ticket, void* d_temp, std::size_t& temp_bytes,
+                    cudaStream_t stream) {
+  if (n < 0 || max_len < 0) throw std::invalid_argument("dflash::enqueue_padded: n and max_len must be >= 0");
+  detail::cuda_check(cub::DeviceScan::ExclusiveSum(d_temp, temp_bytes, d_lengths, d_offsets, n, stream),
+                     "cub::DeviceScan::ExclusiveSum");
+  if (d_temp == nullptr) return;  // size query only
+  detail::packed_reserve_kernel<<<1, 1, 0, stream>>>(q, d_lengths, d_offsets, n, d_ticket);
+  detail::cuda_check(cudaGetLastError(), "packed reserve launch");
+  if (n == 0 || max_len == 0) return;
+  const dim3 grid(static_cast<unsigned>((max_len + 255) / 256), static_cast<unsigned>(std::min(n, 65535)));
+  detail::packed_copy_kernel<<<grid, 256, 0, stream>>>(q, d_values, max_len, d_lengths, d_offsets, n, d_ticket);
+  detail::cuda_check(cudaGetLastError(), "packed copy launch");
+}
+
+/// Stream-ordered hand-off: work queued on the consumer stream after
+/// consume_after() starts only once the producer stream reached produced().
+/// The host never blocks.
+class stream_handoff {
+ public:
+  stream_handoff() { detail::cuda_check(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming), "cudaEventCreate"); }
+  stream_handoff(const stream_handoff&) = delete;
+  stream_handoff& operator=(const stream_handoff&) = delete;
+  ~stream_handoff() { cudaEventDestroy(ev_); }
+
+  void produced(cudaStream_t producer) { detail::cuda_check(cudaEventRecord(ev_, producer), "cudaEventRecord"); }
+  void consume_after(cudaStream_t consumer) const {
+    detail::cuda_check(cudaStreamWaitEvent(consumer, ev_, 0), "cudaStreamWaitEvent");
+  }
+  [[nodiscard]] cudaEvent_t event() const noexcept { return ev_; }
+
+ private:
+  cudaEvent_t ev_{};
+};
+
+}  // namespace dflash

@@ -1,0 +1,245 @@
+#include <catch2/catch.hpp>
+#include <dflash/profile.hpp>
+#include <dflash/queue/bounded_queue.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using dflash::bounded_queue;
+using dflash::manual_clock;
+using dflash::queue_status;
+
+namespace {
+// Spin (yielding) until pred() holds. Bounded: a hang fails the test, not CI.
+template <class Pred>
+void wait_until(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) FAIL("condition not reached within 30 s");
+    std::this_thread::yield();
+  }
+}
+}  // namespace
+
+TEST_CASE("capacity 0 is rejected with a clear message", "[bounded_queue]") {
+  using named = bounded_queue<int, dflash::NullProfiler, "hs_queue">;
+  CHECK_THROWS_MATCHES(named(0), std::invalid_argument,
+                       Catch::Matchers::Message("dflash::bounded_queue 'hs_queue': capacity must be at least 1 (got 0)"));
+}
+
+TEST_CASE("FIFO order, try_push when full, try_pop when empty", "[bounded_queue]") {
+  bounded_queue<int> q(3);
+  CHECK(q.capacity() == 3);
+  CHECK(q.empty());
+  CHECK_FALSE(q.try_pop().has_value());
+  REQUIRE(q.push(1));
+  REQUIRE(q.try_push(2) == queue_status::ok);
+  REQUIRE(q.push(3));
+  CHECK(q.size() == 3);
+  CHECK(q.try_push(4) == queue_status::full);
+  CHECK(q.pop() == 1);
+  REQUIRE(q.push(4));  // wraps around the ring
+  CHECK(q.try_pop() == 2);
+  CHECK(q.pop() == 3);
+  CHECK(q.pop() == 4);
+  CHECK(q.empty());
+}
+
+TEST_CASE("close: pops drain what is left, pushes fail and keep their argument", "[bounded_queue]") {
+  bounded_queue<std::unique_ptr<int>> q(4);
+  REQUIRE(q.push(std::make_unique<int>(7)));
+  REQUIRE(q.push(std::make_unique<int>(8)));
+  q.close();
+  q.close();  // idempotent
+  CHECK(q.closed());
+  auto keep = std::make_unique<int>(9);
+  CHECK_FALSE(q.push(std::move(keep)));
+  REQUIRE(keep != nullptr);  // a failed push does not consume its argument
+  CHECK(*keep == 9);
+  CHECK(q.try_push(std::move(keep)) == queue_status::closed);
+  CHECK(q.push_for(std::move(keep), 1ms) == queue_status::closed);
+  REQUIRE(keep != nullptr);
+  auto a = q.pop();
+  REQUIRE(a.has_value());
+  CHECK(**a == 7);
+  auto b = q.pop_for(1s);
+  REQUIRE(b.has_value());
+  CHECK(**b == 8);
+  CHECK_FALSE(q.pop().has_value());
+  CHECK_FALSE(q.pop_for(1s).has_value());
+}
+
+TEST_CASE("close() wakes a pop blocked on an empty queue", "[bounded_queue]") {
+  bounded_queue<int> q(2);
+  std::optional<int> got = 42;
+  std::thread t([&] { got = q.pop(); });
+  wait_until([&] { return q.blocked_poppers() == 1; });
+  q.close();
+  t.join();
+  CHECK_FALSE(got.has_value());
+  CHECK(q.blocked_poppers() == 0);
+}
+
+TEST_CASE("close() wakes every push blocked on a full queue", "[bounded_queue]") {
+  bounded_queue<int> q(1);
+  REQUIRE(q.push(0));
+  std::atomic<int> failed{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 3; ++i)
+    ts.emplace_back([&, i] {
+      if (!q.push(i + 1)) failed.fetch_add(1);
+    });
+  wait_until([&] { return q.blocked_pushers() == 3; });
+  q.close();
+  for (auto& t : ts) t.join();
+  CHECK(failed.load() == 3);
+  CHECK(q.size() == 1);
+  CHECK(q.pop() == 0);
+}
+
+TEST_CASE("timeouts: push_for on a full queue and pop_for on an empty one", "[bounded_queue]") {
+  bounded_queue<int> q(1);
+  using sc = std::chrono::steady_clock;
+  auto t0 = sc::now();
+  CHECK_FALSE(q.pop_for(20ms).has_value());
+  CHECK(sc::now() - t0 >= 20ms);  // wait_until never returns early on timeout
+  REQUIRE(q.push(1));
+  t0 = sc::now();
+  CHECK(q.push_for(2, 20ms) == queue_status::timeout);
+  CHECK(sc::now() - t0 >= 20ms);
+  CHECK(q.push_for(3, -1ms) == queue_status::timeout);  // negative = try once
+  CHECK(q.pop_for(0ms) == 1);
+  CHECK(q.push_for(4, 1s) == queue_status::ok);
+  CHECK(q.pop() == 4);
+}
+
+TEST_CASE("a pop_for woken by a push returns the item before its deadline", "[bounded_queue]") {
+  bounded_queue<int> q(1);
+  std::optional<int> got;
+  std::thread t([&] { got = q.pop_for(60s); });
+  wait_until([&] { return q.blocked_poppers() == 1; });
+  REQUIRE(q.push(5));
+  t.join();
+  CHECK(got == 5);
+}
+
+TEST_CASE("queue_keys names the two wait keys of a queue", "[bounded_queue][keys]") {
+  using k = dflash::queue_keys<"hs_queue">;
+  STATIC_REQUIRE(std::is_same_v<k, dflash::key_set<"hs_queue.push_wait", "hs_queue.pop_wait">>);
+  STATIC_REQUIRE(std::is_same_v<bounded_queue<int, dflash::NullProfiler, "hs_queue">::keys, k>);
+  using both = dflash::key_set_cat_t<k, dflash::queue_keys<"batch_queue">>;
+  STATIC_REQUIRE(both::size == 4);
+  CHECK(both::names[2] == "batch_queue.push_wait");
+}
+
+TEST_CASE("a NullProfiler queue holds no profiler state", "[bounded_queue][keys]") {
+  // The stateful queue carries exactly one pointer more: the profiler handle.
+  using accumulating = bounded_queue<int, dflash::AccumulatingProfiler<dflash::queue_keys<"queue">>>;
+  STATIC_REQUIRE(sizeof(accumulating) == sizeof(bounded_queue<int>) + sizeof(void*));
+}
+
+TEST_CASE("wait time is recorded under <name>.push_wait and <name>.pop_wait", "[bounded_queue][keys]") {
+  using prof_t = dflash::AccumulatingProfiler<dflash::queue_keys<"hs">, manual_clock>;
+  manual_clock::set(manual_clock::time_point{});
+  prof_t prof;
+  bounded_queue<int, prof_t, "hs"> q(1, prof);
+
+  // A pop that blocks for exactly 5 ms of the manual clock.
+  std::optional<int> got;
+  std::thread consumer([&] { got = q.pop(); });
+  wait_until([&] { return q.blocked_poppers() == 1; });  // it has started timing
+  manual_clock::advance(5ms);
+  REQUIRE(q.push(1));  // does not block: recorded as a zero wait
+  consumer.join();
+  CHECK(got == 1);
+
+  // A push that blocks for exactly 3 ms.
+  REQUIRE(q.push(2));  // fills the queue, no wait
+  std::thread producer([&] { REQUIRE(q.push(3)); });
+  wait_until([&] { return q.blocked_pushers() == 1; });
+  manual_clock::advance(3ms);
+  CHECK(q.pop() == 2);  // no wait
+  producer.join();
+  CHECK(q.pop() == 3);  // no wait
+
+  const auto s = prof.snapshot();
+  const auto& push = *s.find("hs.push_wait");
+  const auto& pop = *s.find("hs.pop_wait");
+  CHECK(push.count == 3);
+  CHECK(push.total_ns == 3'000'000);
+  CHECK(push.max_ns == 3'000'000);
+  CHECK(push.min_ns == 0);
+  CHECK(pop.count == 3);
+  CHECK(pop.total_ns == 5'000'000);
+  CHECK(pop.max_ns == 5'000'000);
+  // try_* never wait and record nothing.
+  CHECK(q.try_push(4) == queue_status::ok);
+  CHECK(q.try_pop() == 4);
+  CHECK(prof.count(dflash::push_wait_key<"hs">{}) == 3);
+  CHECK(prof.count(dflash::pop_wait_key<"hs">{}) == 3);
+}
+
+namespace {
+struct item {
+  int producer;
+  int seq;
+};
+
+// P producers push `per` items each; C consumers pop until closed. Checks FIFO
+// per producer (each consumer sees a producer's items in increasing order) and
+// that every item arrives exactly once. With a profiler, every push records
+// exactly once and every pop (including each consumer's final empty pop) too.
+template <class Q>
+void mpmc_round(Q& q, int producers, int consumers, int per) {
+  std::vector<std::vector<int>> seen_by(consumers);
+  std::vector<std::atomic<int>> hits(static_cast<std::size_t>(producers) * per);
+  std::atomic<bool> order_ok{true};
+  std::vector<std::thread> cs, ps;
+  for (int c = 0; c < consumers; ++c)
+    cs.emplace_back([&] {
+      std::vector<int> last(producers, -1);
+      while (auto it = q.pop()) {
+        if (it->seq <= last[it->producer]) order_ok = false;
+        last[it->producer] = it->seq;
+        hits[static_cast<std::size_t>(it->producer) * per + it->seq].fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  for (int p = 0; p < producers; ++p)
+    ps.emplace_back([&, p] {
+      for (int i = 0; i < per; ++i)
+        if (!q.push(item{p, i})) return;
+    });
+  for (auto& t : ps) t.join();
+  q.close();
+  for (auto& t : cs) t.join();
+  CHECK(order_ok.load());
+  std::size_t lost = 0, dup = 0;
+  for (auto& h : hits) {
+    const int n = h.load();
+    lost += n == 0;
+    dup += n > 1;
+  }
+  CHECK(lost == 0);
+  CHECK(dup == 0);
+}
+}  // namespace
+
+TEST_CASE("MPMC: 2 producers x 2 consumers, FIFO per producer, nothing lost", "[bounded_queue]") {
+  bounded_queue<item> q(8);
+  mpmc_round(q, 2, 2, 20'000);
+}
+
+TEST_CASE("stress: 4 producers x 4 consumers x 250000 items, profiled", "[bounded_queue][stress]") {
+  using prof_t = dflash::AccumulatingProfiler<dflash::queue_keys<"stress">>;
+  prof_t prof;
+  bounded_queue<item, prof_t, "stress"> q(64, prof);
+  mpmc_round(q, 4, 4, 250'000);
+  CHECK(prof.count(dflash::push_wait_key<"stress">{}) == 1'000'000);
+  CHECK(prof.count(dflash::pop_wait_key<"stress">{}) == 1'000'000 + 4);  // + each consumer's final pop
+}

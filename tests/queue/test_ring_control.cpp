@@ -1,0 +1,175 @@
+// The device queue's control logic (ring_control), exercised on host threads
+// through its host twin host_ring: same code, same atomics (libcu++).
+#include <catch2/catch.hpp>
+#include <dflash/queue/ring_control.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+using dflash::host_ring;
+using dflash::ring_status;
+
+TEST_CASE("host_ring: capacity 0 is rejected", "[ring]") {
+  CHECK_THROWS_MATCHES(host_ring<int>(0), std::invalid_argument,
+                       Catch::Matchers::Message("dflash::host_ring: capacity must be at least 1 (got 0)"));
+}
+
+TEST_CASE("ring: batches go in whole or not at all, and come out in order", "[ring]") {
+  host_ring<int> r(4);
+  const int a[] = {1, 2, 3};
+  const int b[] = {4, 5};
+  REQUIRE(r.try_push(a, 3) == ring_status::ok);
+  CHECK(r.size_approx() == 3);
+  CHECK(r.try_push(b, 2) == ring_status::full);  // 1 slot free: nothing written
+  CHECK(r.size_approx() == 3);
+  CHECK(r.try_push(b, 5) == ring_status::too_large);
+  int out[4] = {};
+  auto t = r.try_pop(out, 2);
+  REQUIRE(t.status == ring_status::ok);
+  CHECK(t.count == 2);
+  CHECK(t.first == 0);
+  CHECK(out[0] == 1);
+  CHECK(out[1] == 2);
+  REQUIRE(r.try_push(b, 2) == ring_status::ok);  // wraps: positions 3, 4 -> slots 3, 0
+  t = r.try_pop(out, 4);
+  REQUIRE(t.status == ring_status::ok);
+  CHECK(t.first == 2);
+  REQUIRE(t.count == 3);
+  CHECK(out[0] == 3);
+  CHECK(out[1] == 4);
+  CHECK(out[2] == 5);
+  CHECK(r.try_pop(out, 4).status == ring_status::empty);
+  CHECK(r.try_push(a, 0) == ring_status::ok);  // empty batch is a no-op
+  CHECK(r.size_approx() == 0);
+}
+
+TEST_CASE("ring: many laps keep exact contents (wrap-around)", "[ring]") {
+  host_ring<std::uint32_t> r(5);  // not a power of two on purpose
+  std::uint32_t next_in = 0, next_out = 0;
+  for (int lap = 0; lap < 1000; ++lap) {
+    const std::uint32_t n = 1 + static_cast<std::uint32_t>(lap % 5);
+    std::uint32_t in[5];
+    for (std::uint32_t i = 0; i < n; ++i) in[i] = next_in + i;
+    REQUIRE(r.try_push(in, n) == ring_status::ok);
+    next_in += n;
+    std::uint32_t out[5];
+    std::uint32_t got = 0;
+    while (got < n) {
+      const auto t = r.try_pop(out, 3);
+      REQUIRE(t.status == ring_status::ok);
+      for (std::uint32_t i = 0; i < t.count; ++i) REQUIRE(out[i] == next_out++);
+      got += t.count;
+    }
+  }
+  CHECK(next_out == next_in);
+}
+
+TEST_CASE("ring: a reserved but unpublished slot blocks readers behind it", "[ring]") {
+  dflash::ring_header h{};
+  std::array<unsigned long long, 4> seq{};
+  const dflash::ring_control ctl(&h, seq.data(), seq.size());
+  ctl.init_header();
+  for (unsigned long long i = 0; i < seq.size(); ++i) ctl.init_slot(i);
+
+  const auto w = ctl.try_reserve_push(2);
+  REQUIRE(w.status == ring_status::ok);
+  CHECK(w.first == 0);
+  ctl.publish(1);  // the second item is ready, the first is not
+  CHECK(ctl.try_reserve_pop(4).status == ring_status::empty);
+  ctl.close();  // closed, but a reserved item is still being written
+  CHECK(ctl.try_reserve_push(1).status == ring_status::closed);
+  CHECK(ctl.try_reserve_pop(4).status == ring_status::empty);
+  ctl.publish(0);
+  const auto r = ctl.try_reserve_pop(4);
+  REQUIRE(r.status == ring_status::ok);
+  CHECK(r.count == 2);
+  ctl.release(0);
+  ctl.release(1);
+  CHECK(ctl.try_reserve_pop(4).status == ring_status::closed);
+}
+
+TEST_CASE("ring: close fails pushes, pops drain and then report closed", "[ring]") {
+  host_ring<int> r(8);
+  const int a[] = {1, 2, 3};
+  REQUIRE(r.try_push(a, 3) == ring_status::ok);
+  r.close();
+  CHECK(r.closed());
+  CHECK(r.try_push(a, 1) == ring_status::closed);
+  int out[8];
+  const auto t = r.try_pop(out, 8);
+  REQUIRE(t.status == ring_status::ok);
+  CHECK(t.count == 3);
+  CHECK(r.try_pop(out, 8).status == ring_status::closed);
+}
+
+namespace {
+struct item {
+  std::uint32_t producer;
+  std::uint32_t seq;
+};
+
+// Producers push batches of 1..8 (as warps with uneven lane counts would);
+// consumers pop up to 5 at a time until the ring reports closed.
+void ring_round(std::size_t capacity, std::uint32_t producers, std::uint32_t consumers, std::uint32_t per) {
+  host_ring<item> r(capacity);
+  std::vector<std::atomic<int>> hits(static_cast<std::size_t>(producers) * per);
+  std::atomic<bool> order_ok{true}, status_ok{true};
+  std::vector<std::thread> ps, cs;
+  for (std::uint32_t c = 0; c < consumers; ++c)
+    cs.emplace_back([&] {
+      std::vector<std::int64_t> last(producers, -1);
+      item out[5];
+      for (;;) {
+        const auto t = r.try_pop(out, 5);
+        if (t.status == ring_status::closed) break;
+        if (t.status == ring_status::empty) {
+          std::this_thread::yield();
+          continue;
+        }
+        if (t.status != ring_status::ok) status_ok = false;
+        for (std::uint32_t i = 0; i < t.count; ++i) {
+          const item& it = out[i];
+          if (static_cast<std::int64_t>(it.seq) <= last[it.producer]) order_ok = false;
+          last[it.producer] = it.seq;
+          hits[static_cast<std::size_t>(it.producer) * per + it.seq].fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  for (std::uint32_t p = 0; p < producers; ++p)
+    ps.emplace_back([&, p] {
+      item batch[8];
+      std::uint32_t i = 0, round = 0;
+      while (i < per) {
+        const std::uint32_t n = std::min<std::uint32_t>(1 + (round++ * 7 + p) % 8, per - i);
+        for (std::uint32_t j = 0; j < n; ++j) batch[j] = {p, i + j};
+        ring_status s;
+        while ((s = r.try_push(batch, n)) == ring_status::full) std::this_thread::yield();
+        if (s != ring_status::ok) status_ok = false;
+        i += n;
+      }
+    });
+  for (auto& t : ps) t.join();
+  r.close();
+  for (auto& t : cs) t.join();
+  CHECK(order_ok.load());
+  CHECK(status_ok.load());
+  std::size_t lost = 0, dup = 0;
+  for (auto& h : hits) {
+    lost += h.load() == 0;
+    dup += h.load() > 1;
+  }
+  CHECK(lost == 0);
+  CHECK(dup == 0);
+  CHECK(r.size_approx() == 0);
+}
+}  // namespace
+
+TEST_CASE("ring MPMC on host threads: 2 x 2, small ring", "[ring]") { ring_round(16, 2, 2, 20'000); }
+
+TEST_CASE("stress: ring control, 4 producers x 4 consumers x 250000 items", "[ring][stress]") {
+  ring_round(64, 4, 4, 250'000);
+}
