@@ -3,3 +3,5 @@
 // and are included explicitly from .cu translation units.
 #include "dflash/config.hpp"
 #include "dflash/profile.hpp"
+#include "dflash/queue.hpp"
+#include "dflash/pipeline.hpp"
