@@ -161,11 +161,13 @@ TEST_CASE("wait time is recorded under <name>.push_wait and <name>.pop_wait", "[
 
   // A push that blocks for exactly 3 ms.
   REQUIRE(q.push(2));  // fills the queue, no wait
-  std::thread producer([&] { REQUIRE(q.push(3)); });
+  bool pushed = false;  // Catch assertions stay on the main thread
+  std::thread producer([&] { pushed = q.push(3); });
   wait_until([&] { return q.blocked_pushers() == 1; });
   manual_clock::advance(3ms);
   CHECK(q.pop() == 2);  // no wait
   producer.join();
+  CHECK(pushed);
   CHECK(q.pop() == 3);  // no wait
 
   const auto s = prof.snapshot();
