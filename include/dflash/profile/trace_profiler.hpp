@@ -1,0 +1,333 @@
+#pragma once
+// TraceProfiler: records every timed range with its thread and writes a Chrome
+// trace-event JSON file that opens in Perfetto (ui.perfetto.dev) and
+// chrome://tracing.
+//
+//   dflash::TraceProfiler<keys> trace;             // 65536 events per thread
+//   { auto t = trace.scope("forward"_key); ... }
+//   trace.write_file("pipeline.trace.json");
+//
+// Recording: each thread appends to its own fixed-capacity buffer, registered
+// once under a mutex on the thread's first event and then found through a
+// small thread_local cache — the hot path takes no lock and does no
+// allocation. A range is written as one "X" (complete) event when it ends, so
+// begin and end can never come out unmatched, even when the buffer fills.
+//
+// Bounded memory: at most `events_per_thread` events per thread. When a
+// buffer is full new events are dropped and counted — never a crash, never
+// growth. dropped() reports the total; the JSON carries it in "otherData".
+//
+// Timestamps are Clock's time since its epoch, written in microseconds with
+// nanosecond digits (integer arithmetic, exact). Track ids ("tid") are 1, 2,
+// ... in the order threads first record; name_thread() labels a track.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
+#include "dflash/profile/clock.hpp"
+#include "dflash/profile/key.hpp"
+#include "dflash/profile/profiler_policy.hpp"
+#include "dflash/profile/report.hpp"
+
+namespace dflash {
+
+namespace detail {
+
+struct trace_event {
+  std::int64_t start_ns;
+  std::int64_t dur_ns;
+  std::uint32_t key;
+  std::uint32_t added;  // 1: from add(), a duration measured elsewhere
+};
+
+/// One thread's events. Single writer (the owning thread); readers see the
+/// prefix [0, size) published by the release store.
+struct trace_buffer {
+  trace_buffer(std::size_t cap, std::uint32_t track, std::thread::id who)
+      : events(std::make_unique<trace_event[]>(cap)), capacity(cap), tid(track), owner(who) {}
+
+  void push(const trace_event& e) noexcept {
+    const std::size_t n = size.load(std::memory_order_acquire);
+    if (n == capacity) {
+      dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    events[n] = e;
+    size.store(n + 1, std::memory_order_release);
+  }
+
+  std::unique_ptr<trace_event[]> events;
+  std::size_t capacity;
+  std::atomic<std::size_t> size{0};
+  std::atomic<std::uint64_t> dropped{0};
+  std::uint32_t tid;
+  std::thread::id owner;
+  std::string name;  // guarded by the profiler's registry mutex
+};
+
+/// Per-thread cache of (profiler id → buffer). Ids are never reused, so an
+/// entry left by a destroyed profiler can never match a live one.
+struct trace_cache_slot {
+  std::uint64_t owner = 0;
+  trace_buffer* buffer = nullptr;
+};
+inline thread_local std::array<trace_cache_slot, 4> trace_cache{};
+inline thread_local unsigned trace_cache_next = 0;
+
+inline std::uint64_t next_trace_profiler_id() noexcept {
+  static std::atomic<std::uint64_t> n{0};
+  return n.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+/// ns → "µs.nnn" exactly (no floating point: steady_clock values have 16+ digits).
+inline void append_us(std::string& out, std::int64_t ns) {
+  const bool neg = ns < 0;
+  const std::uint64_t a = neg ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
+  append_fmt(out, "%s%llu.%03llu", neg ? "-" : "", static_cast<unsigned long long>(a / 1000),
+             static_cast<unsigned long long>(a % 1000));
+}
+
+inline long trace_pid() noexcept {
+#if __has_include(<unistd.h>)
+  return static_cast<long>(::getpid());
+#else
+  return 1;
+#endif
+}
+
+}  // namespace detail
+
+template <class Keys, ProfilerClock Clock = std::chrono::steady_clock>
+  requires is_key_set<Keys>::value
+class TraceProfiler {
+ public:
+  using keys = Keys;
+  using clock = Clock;
+  using duration = typename Clock::duration;
+  using time_point = typename Clock::time_point;
+  using token = time_point;
+  static constexpr bool enabled = true;
+  static constexpr std::size_t default_events_per_thread = std::size_t{1} << 16;
+
+  /// RAII range: one "X" event from construction to destruction.
+  template <std::size_t I>
+  class scope_type {
+   public:
+    explicit scope_type(const TraceProfiler& p) noexcept : p_(&p), start_(Clock::now()) {}
+    scope_type(const scope_type&) = delete;
+    scope_type& operator=(const scope_type&) = delete;
+    ~scope_type() { p_->emit(I, start_, Clock::now(), false); }
+
+   private:
+    const TraceProfiler* p_;
+    time_point start_;
+  };
+
+  /// `events_per_thread` bounds each thread's buffer (24 bytes an event).
+  explicit TraceProfiler(std::size_t events_per_thread = default_events_per_thread)
+      : id_(detail::next_trace_profiler_id()), capacity_(events_per_thread) {
+    if (events_per_thread == 0)
+      throw std::invalid_argument("dflash::TraceProfiler: events_per_thread must be at least 1");
+  }
+  TraceProfiler(const TraceProfiler&) = delete;
+  TraceProfiler& operator=(const TraceProfiler&) = delete;
+
+  template <fixed_string K>
+  token begin(key_t<K>) const noexcept {
+    check_key<K>();
+    return Clock::now();
+  }
+  template <fixed_string K>
+  void end(key_t<K>, token start) const noexcept {
+    check_key<K>();
+    emit(Keys::template index_of<K>(), start, Clock::now(), false);
+  }
+  template <fixed_string K>
+  [[nodiscard]] scope_type<Keys::template index_of<K>()> scope(key_t<K>) const noexcept {
+    check_key<K>();
+    return scope_type<Keys::template index_of<K>()>(*this);
+  }
+  /// A duration measured elsewhere, drawn as a range that ends now. Negative → throws.
+  template <fixed_string K, class Rep, class Period>
+  void add(key_t<K>, std::chrono::duration<Rep, Period> d) const {
+    check_key<K>();
+    if (d < d.zero())
+      throw std::invalid_argument("dflash::TraceProfiler::add: negative duration for key '" +
+                                  std::string(key_t<K>::name()) + "'");
+    const time_point now = Clock::now();
+    emit(Keys::template index_of<K>(), now - std::chrono::duration_cast<duration>(d), now, true);
+  }
+
+  /// Label the calling thread's track in the trace viewer.
+  void name_thread(std::string name) const {
+    detail::trace_buffer* b = local();
+    if (b == nullptr) throw std::bad_alloc();
+    const std::lock_guard lock(m_);
+    b->name = std::move(name);
+  }
+
+  std::size_t events_per_thread() const noexcept { return capacity_; }
+  /// Events dropped because a thread's buffer was full (or could not be allocated).
+  std::uint64_t dropped() const {
+    const std::lock_guard lock(m_);
+    std::uint64_t d = unbuffered_drops_.load(std::memory_order_relaxed);
+    for (const auto& b : buffers_) d += b->dropped.load(std::memory_order_relaxed);
+    return d;
+  }
+  /// Events held (all threads).
+  std::size_t recorded() const {
+    const std::lock_guard lock(m_);
+    std::size_t n = 0;
+    for (const auto& b : buffers_) n += b->size.load(std::memory_order_acquire);
+    return n;
+  }
+  /// Threads that have recorded at least once (= tracks in the trace).
+  std::size_t thread_count() const {
+    const std::lock_guard lock(m_);
+    return buffers_.size();
+  }
+
+  /// Chrome trace-event JSON. Safe while other threads record: it writes what
+  /// was complete when each thread's buffer was read.
+  void write_json(std::ostream& os) const {
+    const long pid = detail::trace_pid();
+    std::string out;
+    out.reserve(4096);
+    const std::lock_guard lock(m_);
+    detail::append_fmt(out, "{\"traceEvents\":[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%ld,\"tid\":0,"
+                            "\"args\":{\"name\":\"dflash\"}}", pid);
+    std::uint64_t dropped = unbuffered_drops_.load(std::memory_order_relaxed);
+    for (const auto& b : buffers_) {
+      const std::size_t n = b->size.load(std::memory_order_acquire);
+      dropped += b->dropped.load(std::memory_order_relaxed);
+      detail::append_fmt(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%ld,\"tid\":%u,\"args\":{\"name\":",
+                         pid, b->tid);
+      if (b->name.empty()) {
+        detail::append_fmt(out, "\"thread %u\"}}", b->tid);
+      } else {
+        detail::append_json_string(out, b->name);
+        out += "}}";
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const detail::trace_event& e = b->events[i];
+        out += ",\n{\"name\":";
+        detail::append_json_string(out, Keys::names[e.key]);
+        out += e.added ? ",\"cat\":\"dflash.add\",\"ph\":\"X\",\"ts\":" : ",\"cat\":\"dflash\",\"ph\":\"X\",\"ts\":";
+        detail::append_us(out, e.start_ns);
+        out += ",\"dur\":";
+        detail::append_us(out, e.dur_ns);
+        detail::append_fmt(out, ",\"pid\":%ld,\"tid\":%u}", pid, b->tid);
+        if (out.size() > (std::size_t{1} << 20)) {
+          os << out;
+          out.clear();
+        }
+      }
+    }
+    detail::append_fmt(out,
+                       "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"producer\":\"dflash::TraceProfiler\","
+                       "\"events_per_thread\":%llu,\"threads\":%llu,\"dropped_events\":%llu}}\n",
+                       static_cast<unsigned long long>(capacity_), static_cast<unsigned long long>(buffers_.size()),
+                       static_cast<unsigned long long>(dropped));
+    os << out;
+  }
+
+  std::string json() const {
+    std::ostringstream s;
+    write_json(s);
+    return s.str();
+  }
+
+  /// Writes the trace to `path`; throws std::runtime_error naming the path
+  /// and the reason if it cannot be opened or written.
+  void write_file(const std::string& path) const {
+    std::ofstream f(path, std::ios::out | std::ios::trunc | std::ios::binary);
+    if (!f) {
+      const int err = errno;
+      throw std::runtime_error("dflash::TraceProfiler::write_file: cannot open '" + path +
+                               "' for writing: " + (err ? std::strerror(err) : "unknown error"));
+    }
+    write_json(f);
+    f.flush();
+    if (!f) throw std::runtime_error("dflash::TraceProfiler::write_file: writing '" + path + "' failed");
+  }
+
+ private:
+  template <fixed_string K>
+  static constexpr void check_key() noexcept {
+    static_assert(Keys::template contains<K>,
+                  "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
+                  "(the key's name is the key_t<...> argument in the instantiation above)");
+  }
+
+  static std::int64_t ns_since_epoch(time_point t) noexcept {
+    return static_cast<std::int64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+  }
+
+  void emit(std::size_t key, time_point start, time_point stop, bool added) const noexcept {
+    detail::trace_buffer* b = local();
+    if (b == nullptr) {
+      unbuffered_drops_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const std::int64_t s = ns_since_epoch(start);
+    b->push({s, std::max<std::int64_t>(0, ns_since_epoch(stop) - s), static_cast<std::uint32_t>(key),
+             added ? 1u : 0u});
+  }
+
+  detail::trace_buffer* local() const noexcept {
+    for (const auto& slot : detail::trace_cache)
+      if (slot.owner == id_) return slot.buffer;
+    return register_thread();
+  }
+
+  // Slow path, once per thread (or after the thread's cache evicted us).
+  detail::trace_buffer* register_thread() const noexcept {
+    detail::trace_buffer* b = nullptr;
+    try {
+      const std::lock_guard lock(m_);
+      const auto me = std::this_thread::get_id();
+      for (const auto& x : buffers_)
+        if (x->owner == me) b = x.get();  // a reused thread id continues the dead thread's track
+      if (b == nullptr) {
+        buffers_.push_back(std::make_unique<detail::trace_buffer>(
+            capacity_, static_cast<std::uint32_t>(buffers_.size() + 1), me));
+        b = buffers_.back().get();
+      }
+    } catch (...) {  // out of memory: this event is dropped and counted, not fatal
+      return nullptr;
+    }
+    detail::trace_cache[detail::trace_cache_next++ % detail::trace_cache.size()] = {id_, b};
+    return b;
+  }
+
+  std::uint64_t id_;
+  std::size_t capacity_;
+  mutable std::mutex m_;
+  mutable std::vector<std::unique_ptr<detail::trace_buffer>> buffers_;
+  mutable std::atomic<std::uint64_t> unbuffered_drops_{0};
+};
+
+static_assert(ProfilerPolicy<TraceProfiler<key_set<"probe">>>);
+
+}  // namespace dflash
