@@ -2,7 +2,8 @@
 # Proof that NullProfiler costs nothing: the same hot loop built without
 # instrumentation, with NullProfiler and with AccumulatingProfiler is run under
 # callgrind; the instruction count of dflash_hot_loop (inclusive) must be
-# identical for the baseline and every zero-cost variant, and so must its
+# identical for the baseline and every zero-cost variant (NullProfiler,
+# Composite<>, Composite<NullProfiler>), and so must its
 # machine code. Last line: "instructions: baseline=N null=N accumulating=M".
 #
 # usage: scripts/zero_cost_check.sh [BUILD_DIR]   (default build/release)
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build/release}
 
 # Variants that must match the baseline exactly, and those that only report.
-zero_cost_variants=(null)
+zero_cost_variants=(null composite_empty composite_null)
 costed_variants=(accumulating)
 all=(baseline "${zero_cost_variants[@]}" "${costed_variants[@]}")
 
