@@ -3,5 +3,7 @@
 // and are included explicitly from .cu translation units.
 #include "dflash/config.hpp"
 #include "dflash/profile.hpp"
+#include "dflash/profile/composite.hpp"       // needs only Hana
+#include "dflash/profile/trace_profiler.hpp"  // nvtx_profiler / cuda_event_profiler: include explicitly (CUDA headers)
 #include "dflash/queue.hpp"
 #include "dflash/pipeline.hpp"
