@@ -7,3 +7,4 @@
 #include "dflash/profile/trace_profiler.hpp"  // nvtx_profiler / cuda_event_profiler: include explicitly (CUDA headers)
 #include "dflash/queue.hpp"
 #include "dflash/pipeline.hpp"
+#include "dflash/ops.hpp"

@@ -1,0 +1,233 @@
+// Every op on the device against its host twin, bit for bit.
+// Runs where a CUDA device exists; elsewhere gpu_test_main reports "skipped".
+#include <catch2/catch.hpp>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <dflash/ops.hpp>
+#include <dflash/ops/anchors.cuh>
+#include <dflash/ops/batched_readback.cuh>
+#include <dflash/ops/block_mask.cuh>
+#include <dflash/ops/doc_ids.cuh>
+#include <dflash/ops/pack_hidden_states.cuh>
+#include <dflash/profile.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ops_test_util.hpp"
+
+using namespace dflash::ops;
+using ivec = std::vector<std::int32_t>;
+using bvec = std::vector<std::uint8_t>;
+
+namespace {
+void ok(cudaError_t e) { REQUIRE(e == cudaSuccess); }
+
+/// Device buffer of n T's (n may be 0), freed on scope exit.
+template <class T>
+struct dbuf {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit dbuf(std::size_t count) : n(count) {
+    if (n) ok(cudaMalloc(&p, n * sizeof(T)));
+  }
+  explicit dbuf(const std::vector<T>& v) : dbuf(v.size()) {
+    if (n) ok(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  dbuf(const dbuf&) = delete;
+  ~dbuf() { cudaFree(p); }
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    if (n) ok(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+struct stream_guard {
+  cudaStream_t s{};
+  stream_guard() { ok(cudaStreamCreate(&s)); }
+  ~stream_guard() { cudaStreamDestroy(s); }
+};
+
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+__global__ void write_loss(float* slot, float v) { *slot = v; }
+}  // namespace
+
+TEST_CASE("gpu doc_ids == host doc_ids", "[gpu][doc_ids]") {
+  stream_guard st;
+  std::mt19937 rng(11);
+  std::vector<ivec> cases{{5}, {0, 0, 3, 0}, {1, 1, 1}, {0, 1 << 20, 0}};
+  for (int i = 0; i < 30; ++i) cases.push_back(ops_test::random_lengths(rng, std::uniform_int_distribution<std::size_t>(1, 3000)(rng), 600));
+  for (const ivec& lengths : cases) {
+    const auto host = doc_ids(lengths);
+    const auto n_docs = static_cast<std::int32_t>(lengths.size());
+    const auto n_tokens = static_cast<std::int32_t>(host.doc_id.size());
+    dbuf<std::int32_t> d_len(lengths), d_doc(host.doc_id.size()), d_pos(host.pos.size());
+    const std::size_t bytes = gpu::doc_ids_temp_bytes(n_docs, n_tokens);
+    dbuf<std::byte> temp(bytes);
+    gpu::doc_ids(d_len.p, n_docs, d_doc.p, d_pos.p, n_tokens, temp.p, bytes, st.s);
+    ok(cudaStreamSynchronize(st.s));
+    REQUIRE(d_doc.get() == host.doc_id);
+    REQUIRE(d_pos.get() == host.pos);
+  }
+  CHECK_THROWS_AS(gpu::doc_ids(nullptr, 2, nullptr, nullptr, 4, nullptr, 0, st.s), std::invalid_argument);
+}
+
+template <class Device, class Host>
+void check_pack(hidden_shape s, std::size_t misalign, unsigned seed) {
+  static_assert(sizeof(Device) == sizeof(Host));
+  stream_guard st;
+  std::mt19937 rng(seed);
+  const ivec lengths = ops_test::random_lengths(rng, static_cast<std::size_t>(s.batch), s.seq);
+  std::vector<Host> padded(s.padded_elements());
+  for (auto& x : padded) x = Host(std::uniform_real_distribution<float>(-3, 3)(rng));
+  ivec cu(static_cast<std::size_t>(s.batch) + 1);
+  std::vector<Host> packed(padded.size());
+  const auto total = pack_hidden_states<Host>(padded, s, lengths, packed, cu);
+  packed.resize(static_cast<std::size_t>(total) * static_cast<std::size_t>(s.hidden));
+  std::vector<Host> back(padded.size());
+  unpack_hidden_states<Host>(packed, cu, s, back);
+
+  // Offsetting both device pointers by `misalign` elements forces the element-wise path.
+  dbuf<Host> d_padded(padded.size() + misalign), d_packed(padded.size() + misalign), d_back(padded.size() + misalign);
+  ok(cudaMemcpy(d_padded.p + misalign, padded.data(), padded.size() * sizeof(Host), cudaMemcpyHostToDevice));
+  dbuf<std::int32_t> d_len(lengths), d_cu(cu.size());
+  const std::size_t bytes = gpu::cu_seqlens_temp_bytes(s.batch);
+  dbuf<std::byte> temp(bytes);
+  gpu::cu_seqlens(d_len.p, s.batch, d_cu.p, temp.p, bytes, st.s);
+  auto* dp = reinterpret_cast<Device*>(d_padded.p + misalign);
+  auto* dk = reinterpret_cast<Device*>(d_packed.p + misalign);
+  auto* db = reinterpret_cast<Device*>(d_back.p + misalign);
+  gpu::pack_hidden_states<Device>(dp, s, d_cu.p, dk, st.s);
+  ok(cudaMemsetAsync(d_back.p, 0xAB, d_back.n * sizeof(Host), st.s));  // garbage that unpack must overwrite
+  gpu::unpack_hidden_states<Device>(dk, d_cu.p, s, db, st.s);
+  ok(cudaStreamSynchronize(st.s));
+  REQUIRE(d_cu.get() == cu);
+  std::vector<Host> got_packed(packed.size()), got_back(back.size());
+  ok(cudaMemcpy(got_packed.data(), d_packed.p + misalign, packed.size() * sizeof(Host), cudaMemcpyDeviceToHost));
+  ok(cudaMemcpy(got_back.data(), d_back.p + misalign, back.size() * sizeof(Host), cudaMemcpyDeviceToHost));
+  REQUIRE(same_bytes(got_packed, packed));
+  REQUIRE(same_bytes(got_back, back));
+}
+
+TEST_CASE("gpu pack/unpack == host, vectorised and element-wise paths", "[gpu][pack]") {
+  check_pack<float, float>({4, 300, 256}, 0, 1);               // 16-byte path
+  check_pack<float, float>({3, 50, 7}, 0, 2);                  // odd row: element path
+  check_pack<float, float>({2, 64, 64}, 1, 3);                 // misaligned: element path
+  check_pack<__nv_bfloat16, dflash::bf16>({4, 128, 4096}, 0, 4);  // bf16 16-byte path
+  check_pack<__nv_bfloat16, dflash::bf16>({5, 33, 13}, 0, 5);
+  check_pack<dflash::bf16, dflash::bf16>({1, 3072, 64}, 3, 6);  // batch of 1, misaligned
+  check_pack<float, float>({3, 0, 8}, 0, 7);                   // seq 0
+}
+
+TEST_CASE("gpu batched read-back: one copy brings slots and staged scalars", "[gpu][readback]") {
+  stream_guard st;
+  gpu::cuda_batched_readback rb(100);
+  write_loss<<<1, 1, 0, st.s>>>(rb.slot<float>(0), 2.5f);
+  ivec counts(99);
+  for (int i = 0; i < 99; ++i) counts[static_cast<std::size_t>(i)] = i * 7 - 3;
+  dbuf<std::int32_t> d_counts(counts);
+  for (std::size_t i = 0; i < 99; ++i) rb.stage(i + 1, d_counts.p + i);  // > 64: two gather launches
+  auto h = rb.submit(st.s);
+  h.wait();
+  CHECK(h.ready());
+  CHECK(h.get<float>(0) == 2.5f);
+  bool all = true;
+  for (std::size_t i = 0; i < 99; ++i) all = all && h.get<std::int32_t>(i + 1) == counts[i];
+  CHECK(all);
+  // The host twin gives the same values through the same API.
+  host_batched_readback hb(2);
+  *hb.slot<float>(0) = 2.5f;
+  hb.stage(1, &counts[5]);
+  auto hh = hb.submit();
+  CHECK(hh.get<float>(0) == h.get<float>(0));
+  CHECK(hh.get<std::int32_t>(1) == h.get<std::int32_t>(6));
+}
+
+TEST_CASE("gpu block mask == host block mask", "[gpu][block_mask]") {
+  stream_guard st;
+  std::mt19937 rng(21);
+  const tile_shape tiles[] = {{128, 128}, {16, 64}, {1, 1}, {5, 300}};
+  for (int iter = 0; iter < 60; ++iter) {
+    const ivec lengths = ops_test::random_lengths(rng, std::uniform_int_distribution<std::size_t>(1, 12)(rng), 800);
+    auto d = doc_ids(lengths);
+    if (d.doc_id.empty()) d = doc_ids(ivec{1});
+    block_mask_params p{static_cast<std::int32_t>(d.doc_id.size()), std::uniform_int_distribution<int>(0, 600)(rng),
+                        std::uniform_int_distribution<int>(1, 16)(rng),
+                        iter % 2 ? 0 : std::uniform_int_distribution<int>(1, 1000)(rng)};
+    if (iter % 7 == 0) p.num_blocks = std::uniform_int_distribution<int>(0, 3)(rng);
+    ivec anchors;
+    bvec keep;
+    for (int i = 0; i < p.num_blocks; ++i) {
+      keep.push_back(std::uniform_int_distribution<int>(0, 5)(rng) != 0);
+      anchors.push_back(keep.back() ? std::uniform_int_distribution<int>(0, p.context_len - 1)(rng) : 0);
+    }
+    const tile_shape t = tiles[iter % 4];
+    const auto host = build_block_mask(p, t, d.doc_id, d.pos, anchors, keep);
+    dbuf<std::int32_t> d_pos(d.pos), d_anchors(anchors);
+    dbuf<std::uint8_t> d_keep(keep);
+    dbuf<std::int32_t> nb(host.kv_num_blocks.size()), ix(host.kv_indices.size()), fnb(host.full_kv_num_blocks.size()),
+        fix(host.full_kv_indices.size());
+    gpu::build_block_mask(p, t, d_pos.p, d_anchors.p, d_keep.p, block_sparse_view{nb.p, ix.p, fnb.p, fix.p}, st.s);
+    ok(cudaStreamSynchronize(st.s));
+    INFO("iter " << iter);
+    REQUIRE(nb.get() == host.kv_num_blocks);
+    REQUIRE(ix.get() == host.kv_indices);
+    REQUIRE(fnb.get() == host.full_kv_num_blocks);
+    REQUIRE(fix.get() == host.full_kv_indices);
+  }
+}
+
+TEST_CASE("gpu anchors == host anchors for the same seed", "[gpu][anchors]") {
+  stream_guard st;
+  std::mt19937 rng(31);
+  for (int iter = 0; iter < 40; ++iter) {
+    const std::int32_t batch = std::uniform_int_distribution<int>(1, 4)(rng);
+    const std::int32_t seq = iter == 0 ? 3072 : std::uniform_int_distribution<int>(0, 2000)(rng);
+    ivec lens, docs;
+    bvec mask;
+    for (int b = 0; b < batch; ++b) {
+      lens.push_back(std::uniform_int_distribution<int>(0, seq)(rng));
+      int doc = 0;
+      for (int s = 0; s < seq; ++s) {
+        mask.push_back(std::bernoulli_distribution(0.7)(rng));
+        doc += std::bernoulli_distribution(0.002)(rng);
+        docs.push_back(doc);
+      }
+    }
+    if (iter % 2) docs.clear();
+    const anchor_params a{std::uniform_int_distribution<int>(1, 16)(rng), iter == 0 ? 512 : std::uniform_int_distribution<int>(0, 600)(rng), rng()};
+    ivec h_anchors(static_cast<std::size_t>(batch * a.num_anchors));
+    bvec h_keep(h_anchors.size());
+    select_anchors(a, batch, seq, lens, mask, docs, h_anchors, h_keep);
+
+    dbuf<std::int32_t> d_lens(lens), d_docs(docs), d_anchors(h_anchors.size());
+    dbuf<std::uint8_t> d_mask(mask), d_keep(h_keep.size());
+    const std::size_t bytes = gpu::anchors_temp_bytes(batch, seq);
+    dbuf<std::byte> temp(bytes);
+    gpu::select_anchors(a, batch, seq, d_lens.p, d_mask.p, docs.empty() ? nullptr : d_docs.p, d_anchors.p, d_keep.p,
+                        temp.p, bytes, st.s);
+    ok(cudaStreamSynchronize(st.s));
+    INFO("iter " << iter << " batch " << batch << " seq " << seq);
+    REQUIRE(d_anchors.get() == h_anchors);
+    REQUIRE(d_keep.get() == h_keep);
+  }
+}
+
+TEST_CASE("gpu ops record under the ops keys", "[gpu][profile]") {
+  stream_guard st;
+  dflash::AccumulatingProfiler<keys> prof;
+  dbuf<std::int32_t> len(ivec{2}), doc(2), pos(2);
+  const std::size_t bytes = gpu::doc_ids_temp_bytes(1, 2);
+  dbuf<std::byte> temp(bytes);
+  gpu::doc_ids(len.p, 1, doc.p, pos.p, 2, temp.p, bytes, st.s, dflash::profiler_ref(prof));
+  ok(cudaStreamSynchronize(st.s));
+  CHECK(prof.snapshot().find("doc_ids")->count == 1);
+  CHECK(pos.get() == ivec{0, 1});
+}
