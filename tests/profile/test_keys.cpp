@@ -9,10 +9,10 @@ using namespace dflash::literals;
 using keys = dflash::key_set<"queue_wait", "forward", "pack">;
 
 static_assert(keys::size == 3);
-static_assert(keys::index_of<"queue_wait">() == 0);
-static_assert(keys::index_of<"pack">() == 2);
-static_assert(keys::contains<"forward">);
-static_assert(!keys::contains<"froward">);
+static_assert(keys::index_of("queue_wait") == 0);
+static_assert(keys::index_of("pack") == 2);
+static_assert(keys::contains("forward"));
+static_assert(!keys::contains("froward"));
 static_assert(std::is_same_v<keys::probe, dflash::key_t<"queue_wait">>);
 static_assert(std::is_empty_v<decltype("forward"_key)>);
 static_assert(std::is_same_v<decltype("forward"_key), dflash::key_t<"forward">>);

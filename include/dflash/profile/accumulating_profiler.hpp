@@ -71,7 +71,7 @@ class thread_slot {
 }  // namespace detail
 
 template <class Keys, ProfilerClock Clock = std::chrono::steady_clock, std::size_t Shards = 8>
-  requires(is_key_set<Keys>::value && Shards > 0)
+  requires(ClosedKeySet<Keys> && Shards > 0)
 class AccumulatingProfiler {
  public:
   using keys = Keys;
@@ -103,30 +103,30 @@ class AccumulatingProfiler {
   AccumulatingProfiler(const AccumulatingProfiler&) = delete;
   AccumulatingProfiler& operator=(const AccumulatingProfiler&) = delete;
 
-  template <fixed_string K>
-  token begin(key_t<K>) const noexcept {
+  template <Key K>
+  token begin(K) const noexcept {
     check_key<K>();
     return Clock::now();
   }
-  template <fixed_string K>
-  void end(key_t<K>, token start) const noexcept {
+  template <Key K>
+  void end(K, token start) const noexcept {
     check_key<K>();
-    record(Keys::template index_of<K>(), to_ns(Clock::now() - start));
+    record(Keys::index_of(K::name()), to_ns(Clock::now() - start));
   }
-  template <fixed_string K>
-  [[nodiscard]] scope_type<Keys::template index_of<K>()> scope(key_t<K>) const noexcept {
+  template <Key K>
+  [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
     check_key<K>();
-    return scope_type<Keys::template index_of<K>()>(*this);
+    return scope_type<Keys::index_of(K::name())>(*this);
   }
   /// Record a duration measured elsewhere (e.g. GPU time). Negative → throws.
-  template <fixed_string K, class Rep, class Period>
-  void add(key_t<K>, std::chrono::duration<Rep, Period> d) const {
+  template <Key K, class Rep, class Period>
+  void add(K, std::chrono::duration<Rep, Period> d) const {
     check_key<K>();
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
     if (ns < 0)
       throw std::invalid_argument("dflash::AccumulatingProfiler::add: negative duration for key '" +
-                                  std::string(key_t<K>::name()) + "'");
-    record(Keys::template index_of<K>(), static_cast<std::uint64_t>(ns));
+                                  std::string(K::name()) + "'");
+    record(Keys::index_of(K::name()), static_cast<std::uint64_t>(ns));
   }
 
   /// Merged view of every shard. Exact when no thread is recording.
@@ -141,12 +141,12 @@ class AccumulatingProfiler {
   std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
 
   /// Records of one key in the current window (sums its histogram; for tests and progress).
-  template <fixed_string K>
-  std::uint64_t count(key_t<K>) const noexcept {
+  template <Key K>
+  std::uint64_t count(K) const noexcept {
     check_key<K>();
     std::uint64_t c = 0;
     for (std::size_t s = 0; s < Shards; ++s)
-      for (const auto& b : cells_[s].k[Keys::template index_of<K>()].buckets) c += b.load(std::memory_order_relaxed);
+      for (const auto& b : cells_[s].k[Keys::index_of(K::name())].buckets) c += b.load(std::memory_order_relaxed);
     return c;
   }
 
@@ -160,9 +160,9 @@ class AccumulatingProfiler {
     std::array<cell, Keys::size> k;
   };
 
-  template <fixed_string K>
+  template <Key K>
   static constexpr void check_key() noexcept {
-    static_assert(Keys::template contains<K>,
+    static_assert(Keys::contains(K::name()),
                   "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
                   "(the key's name is the key_t<...> argument in the instantiation above)");
   }

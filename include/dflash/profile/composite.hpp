@@ -44,39 +44,48 @@ namespace dflash {
 
 namespace detail {
 
+// Key lists are handled as type lists of key_t<...> types: nvcc 13 cannot
+// match partial specialisations over fixed_string packs, but type packs are fine.
+template <class... K>
+struct key_list {
+  template <class... More>
+  using append = key_list<K..., More...>;
+  static constexpr std::size_t size = sizeof...(K);
+  using as_key_set = key_set<K::value...>;
+};
 template <fixed_string... N>
-struct name_list {};
+using key_list_of = key_list<key_t<N>...>;
 
 template <class... L>
-struct name_list_cat {
-  using type = name_list<>;
+struct key_list_cat {
+  using type = key_list<>;
 };
-template <fixed_string... A>
-struct name_list_cat<name_list<A...>> {
-  using type = name_list<A...>;
+template <class L>
+struct key_list_cat<L> {
+  using type = L;
 };
-template <fixed_string... A, fixed_string... B, class... Rest>
-struct name_list_cat<name_list<A...>, name_list<B...>, Rest...> : name_list_cat<name_list<A..., B...>, Rest...> {};
+template <class A, class... B, class... Rest>
+struct key_list_cat<A, key_list<B...>, Rest...> : key_list_cat<typename A::template append<B...>, Rest...> {};
 
-/// Meet of an accumulated key list (any_key or name_list) with one member's keys.
+/// Meet of an accumulated key list (any_key or key_list) with one member's keys.
 template <class Acc, class S>
-struct keys_meet;
+struct keys_meet {  // Acc = key_list<A...>, S closed: keep the A that S contains
+  template <class... A>
+  static auto filter(key_list<A...>)
+      -> typename key_list_cat<std::conditional_t<S::contains(A::name()), key_list<A>, key_list<>>...>::type;
+  using type = decltype(filter(Acc{}));
+};
+template <class Acc>
+struct keys_meet<Acc, any_key> {
+  using type = Acc;
+};
+template <class S>
+struct keys_meet<any_key, S> {
+  using type = typename S::template apply<key_list_of>;
+};
 template <>
 struct keys_meet<any_key, any_key> {
   using type = any_key;
-};
-template <fixed_string... B>
-struct keys_meet<any_key, key_set<B...>> {
-  using type = name_list<B...>;
-};
-template <fixed_string... A>
-struct keys_meet<name_list<A...>, any_key> {
-  using type = name_list<A...>;
-};
-template <fixed_string... A, fixed_string... B>
-struct keys_meet<name_list<A...>, key_set<B...>> {
-  using type = typename name_list_cat<
-      std::conditional_t<key_set<B...>::template contains<A>, name_list<A>, name_list<>>...>::type;
 };
 
 template <class Acc, class... P>
@@ -90,14 +99,14 @@ struct composite_keys_fold<Acc, P, Rest...>
 
 template <class L>
 struct as_key_set {
-  using type = L;  // any_key
-};
-template <fixed_string... N>
-struct as_key_set<name_list<N...>> {
-  static_assert(sizeof...(N) > 0,
+  static_assert(L::size > 0,
                 "dflash::Composite: the enabled members' key sets have no key in common, so no key could be "
                 "recorded by all of them");
-  using type = key_set<N...>;
+  using type = typename L::as_key_set;
+};
+template <>
+struct as_key_set<any_key> {
+  using type = any_key;
 };
 
 template <class... P>
@@ -172,26 +181,26 @@ class Composite {
     requires(sizeof...(P) > 0)
       : refs_(profiler_ref<P>(members)...) {}
 
-  template <fixed_string K>
-  constexpr token_t<key_t<K>> begin(key_t<K> k) const noexcept {
+  template <Key K>
+  constexpr token_t<K> begin(K k) const noexcept {
     check_key<K>();
     return begin_all(k, members{});
   }
-  template <fixed_string K>
-  constexpr void end(key_t<K> k, const token_t<key_t<K>>& t) const noexcept(end_nothrow<key_t<K>>) {
+  template <Key K>
+  constexpr void end(K k, const token_t<K>& t) const noexcept(end_nothrow<K>) {
     check_key<K>();
     end_all(k, t, members{});
   }
-  template <fixed_string K>
-  [[nodiscard]] constexpr scope_type<key_t<K>> scope(key_t<K>) const noexcept {
+  template <Key K>
+  [[nodiscard]] constexpr scope_type<K> scope(K) const noexcept {
     check_key<K>();
     if constexpr (enabled)
-      return scope_type<key_t<K>>(*this);
+      return scope_type<K>(*this);
     else
       return {};
   }
-  template <fixed_string K, class Rep, class Period>
-  constexpr void add(key_t<K> k, std::chrono::duration<Rep, Period> d) const noexcept(!enabled) {
+  template <Key K, class Rep, class Period>
+  constexpr void add(K k, std::chrono::duration<Rep, Period> d) const noexcept(!enabled) {
     check_key<K>();
     add_all(k, d, members{});
   }
@@ -203,9 +212,9 @@ class Composite {
   }
 
  private:
-  template <fixed_string K>
+  template <Key K>
   static constexpr void check_key() noexcept {
-    static_assert(keys::template contains<K>,
+    static_assert(keys::contains(K::name()),
                   "dflash: this key is not accepted by every enabled member of the Composite — misspelt, or "
                   "missing from one member's key_set (the key's name is the key_t<...> argument above)");
   }

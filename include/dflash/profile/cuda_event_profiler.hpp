@@ -47,10 +47,9 @@ namespace dflash {
 
 namespace detail {
 /// Run-time key index → AccumulatingProfiler::add with the compile-time key.
-template <class Keys>
-struct indexed_add;
+/// (Instantiated through key_set::apply: nvcc cannot match key_set<N...>.)
 template <fixed_string... N>
-struct indexed_add<key_set<N...>> {
+struct indexed_add_impl {
   template <class Acc>
   static void add(const Acc& a, std::size_t i, std::chrono::nanoseconds d) {
     std::size_t j = 0;
@@ -64,7 +63,7 @@ inline std::string cuda_error_text(cudaError_t e) {
 }  // namespace detail
 
 template <class Keys, std::size_t Shards = 8>
-  requires is_key_set<Keys>::value
+  requires ClosedKeySet<Keys>
 class CudaEventProfiler {
   static constexpr std::uint32_t no_slot = UINT32_MAX;
 
@@ -116,34 +115,34 @@ class CudaEventProfiler {
   CudaEventProfiler(const CudaEventProfiler&) = delete;
   CudaEventProfiler& operator=(const CudaEventProfiler&) = delete;
 
-  template <fixed_string K>
-  token begin(key_t<K>) const noexcept {
+  template <Key K>
+  token begin(K) const noexcept {
     check_key<K>();
     return start(stream_.load(std::memory_order_relaxed));
   }
-  template <fixed_string K>
-  token begin(key_t<K>, cudaStream_t s) const noexcept {
+  template <Key K>
+  token begin(K, cudaStream_t s) const noexcept {
     check_key<K>();
     return start(s);
   }
-  template <fixed_string K>
-  void end(key_t<K>, token t) const noexcept {
+  template <Key K>
+  void end(K, token t) const noexcept {
     check_key<K>();
-    finish(Keys::template index_of<K>(), t);
+    finish(Keys::index_of(K::name()), t);
   }
-  template <fixed_string K>
-  [[nodiscard]] scope_type<Keys::template index_of<K>()> scope(key_t<K>) const noexcept {
+  template <Key K>
+  [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
     check_key<K>();
     return {*this, stream_.load(std::memory_order_relaxed)};
   }
-  template <fixed_string K>
-  [[nodiscard]] scope_type<Keys::template index_of<K>()> scope(key_t<K>, cudaStream_t s) const noexcept {
+  template <Key K>
+  [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K, cudaStream_t s) const noexcept {
     check_key<K>();
     return {*this, s};
   }
   /// A duration measured elsewhere. Negative → throws (AccumulatingProfiler::add).
-  template <fixed_string K, class Rep, class Period>
-  void add(key_t<K> k, std::chrono::duration<Rep, Period> d) const {
+  template <Key K, class Rep, class Period>
+  void add(K k, std::chrono::duration<Rep, Period> d) const {
     acc_.add(k, d);
   }
 
@@ -184,8 +183,8 @@ class CudaEventProfiler {
   std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
 
   /// Resolved ranges of one key so far (does not poll).
-  template <fixed_string K>
-  std::uint64_t count(key_t<K> k) const noexcept {
+  template <Key K>
+  std::uint64_t count(K k) const noexcept {
     return acc_.count(k);
   }
   /// Ranges recorded but not yet resolved.
@@ -210,9 +209,9 @@ class CudaEventProfiler {
     std::uint32_t key = 0;  // written by the owner before the release to pending
   };
 
-  template <fixed_string K>
+  template <Key K>
   static constexpr void check_key() noexcept {
-    static_assert(Keys::template contains<K>,
+    static_assert(Keys::contains(K::name()),
                   "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
                   "(the key's name is the key_t<...> argument in the instantiation above)");
   }
@@ -290,7 +289,7 @@ class CudaEventProfiler {
         continue;
       }
       try {
-        detail::indexed_add<Keys>::add(acc_, key, std::chrono::nanoseconds(std::llround(double(ms) * 1e6)));
+        Keys::template apply<detail::indexed_add_impl>::add(acc_, key, std::chrono::nanoseconds(std::llround(double(ms) * 1e6)));
         ++n;
       } catch (...) {  // cannot happen for ms >= 0; never let it escape a noexcept begin()
         latch(cudaErrorUnknown);

@@ -17,8 +17,12 @@
 
 namespace dflash {
 
+// Traits below test member tags rather than partial specialisations: nvcc 13
+// fails to match `key_t<N>` patterns on class-type template arguments.
 template <fixed_string Name>
 struct key_t {
+  using dflash_key_tag = void;
+  static constexpr auto value = Name;
   static constexpr std::string_view name() noexcept { return Name.view(); }
 };
 
@@ -35,12 +39,7 @@ consteval key_t<Name> operator""_key() noexcept {
 }  // namespace literals
 
 template <class T>
-struct is_key : std::false_type {};
-template <fixed_string Name>
-struct is_key<key_t<Name>> : std::true_type {};
-
-template <class T>
-concept Key = is_key<std::remove_cvref_t<T>>::value;
+concept Key = requires { typename std::remove_cvref_t<T>::dflash_key_tag; };
 
 namespace detail {
 template <fixed_string... Names>
@@ -64,49 +63,62 @@ struct key_set {
   static_assert(sizeof...(Names) > 0, "dflash::key_set needs at least one key");
   static_assert(detail::all_distinct<Names...>(), "dflash::key_set: duplicate key name");
 
+  using dflash_key_set_tag = void;
   static constexpr std::size_t size = sizeof...(Names);
   static constexpr std::array<std::string_view, size> names{Names.view()...};
 
   /// Any member key, used by concepts to probe a policy's interface.
   using probe = key_t<detail::first_name<Names...>::value>;
 
-  template <fixed_string K>
-  static constexpr bool contains = ((K.view() == Names.view()) || ...);
-
-  template <fixed_string K>
-  static consteval std::size_t index_of() noexcept {
+  // Lookups take the name as a string_view: deducing a fixed_string template
+  // argument is what nvcc's front end gets wrong, so none is deduced here.
+  static constexpr bool contains(std::string_view k) noexcept {
+    for (auto n : names)
+      if (n == k) return true;
+    return false;
+  }
+  /// Position of `k` in the set; `size` when absent.
+  static constexpr std::size_t index_of(std::string_view k) noexcept {
     std::size_t i = 0;
-    ((Names.view() == K.view() ? false : (++i, true)) && ...);
+    while (i < size && names[i] != k) ++i;
     return i;
   }
+
+  /// F<Names...>: hands the names to another template (used by concatenation).
+  template <template <fixed_string...> class F>
+  using apply = F<Names...>;
+  template <fixed_string... More>
+  using append = key_set<Names..., More...>;
 };
 
 /// The key set of a policy that records nothing: every key is accepted.
 struct any_key {
+  using dflash_key_set_tag = void;
   using probe = key_t<"probe">;
-  template <fixed_string K>
-  static constexpr bool contains = true;
+  static constexpr bool contains(std::string_view) noexcept { return true; }
 };
 
+/// A key_set, or any_key.
 template <class T>
-struct is_key_set : std::false_type {};
-template <fixed_string... N>
-struct is_key_set<key_set<N...>> : std::true_type {};
+concept KeySet = requires { typename T::dflash_key_set_tag; };
+
+/// A closed key_set (not any_key): what a stateful profiler records.
+template <class T>
+concept ClosedKeySet = KeySet<T> && requires { T::size; };
 
 template <class T>
-concept KeySet = is_key_set<T>::value || std::is_same_v<T, any_key>;
+struct is_key_set : std::bool_constant<ClosedKeySet<T>> {};
 
 /// Concatenate key sets (e.g. a pipeline's keys with its stages' own keys).
-template <class... Sets>
+template <ClosedKeySet... Sets>
 struct key_set_cat;
-template <fixed_string... A>
-struct key_set_cat<key_set<A...>> {
-  using type = key_set<A...>;
+template <ClosedKeySet A>
+struct key_set_cat<A> {
+  using type = A;
 };
-template <fixed_string... A, fixed_string... B, class... Rest>
-struct key_set_cat<key_set<A...>, key_set<B...>, Rest...>
-    : key_set_cat<key_set<A..., B...>, Rest...> {};
-template <class... Sets>
+template <ClosedKeySet A, ClosedKeySet B, ClosedKeySet... Rest>
+struct key_set_cat<A, B, Rest...> : key_set_cat<typename B::template apply<A::template append>, Rest...> {};
+template <ClosedKeySet... Sets>
 using key_set_cat_t = typename key_set_cat<Sets...>::type;
 
 }  // namespace dflash

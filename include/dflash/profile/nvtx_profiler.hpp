@@ -44,9 +44,9 @@ struct nvtx_domain {
 };
 
 namespace detail {
-template <fixed_string K>
+template <Key K>
 struct nvtx_message {
-  static constexpr char const* message{K.data};
+  static constexpr char const* message{K::value.data};
 };
 
 /// A stable colour per key name (FNV-1a), bright enough to read labels on.
@@ -56,11 +56,11 @@ consteval std::uint32_t nvtx_colour(std::string_view s) noexcept {
   return 0xFF000000u | ((h & 0x7F7F7Fu) + 0x404040u);  // each channel in [64, 191]
 }
 
-template <class Domain, fixed_string K>
+template <class Domain, Key K>
 const nvtx3::event_attributes& nvtx_range_attributes() noexcept {
   static const nvtx3::event_attributes attr{
       nvtx3::registered_string_in<Domain>::template get<nvtx_message<K>>(),
-      nvtx3::color{nvtx_colour(K.view())}};
+      nvtx3::color{nvtx_colour(K::name())}};
   return attr;
 }
 }  // namespace detail
@@ -88,29 +88,29 @@ class NvtxProfiler {
     scope_type() noexcept = default;
   };
 
-  template <fixed_string K>
-  token begin(key_t<K>) const noexcept {
+  template <Key K>
+  token begin(K) const noexcept {
     push<K>();
     return {};
   }
-  template <fixed_string K>
-  void end(key_t<K>, token) const noexcept {
+  template <Key K>
+  void end(K, token) const noexcept {
     check_key<K>();
     nvtxDomainRangePop(nvtx3::domain::get<Domain>());
   }
-  template <fixed_string K>
-  [[nodiscard]] scope_type scope(key_t<K>) const noexcept {
+  template <Key K>
+  [[nodiscard]] scope_type scope(K) const noexcept {
     push<K>();
     return scope_type{};
   }
   /// An instant mark named after the key, payload = d in ns. Negative → throws.
-  template <fixed_string K, class Rep, class Period>
-  void add(key_t<K>, std::chrono::duration<Rep, Period> d) const {
+  template <Key K, class Rep, class Period>
+  void add(K, std::chrono::duration<Rep, Period> d) const {
     check_key<K>();
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
     if (ns < 0)
       throw std::invalid_argument("dflash::NvtxProfiler::add: negative duration for key '" +
-                                  std::string(key_t<K>::name()) + "'");
+                                  std::string(K::name()) + "'");
     const nvtx3::event_attributes mark{
         nvtx3::registered_string_in<Domain>::template get<detail::nvtx_message<K>>(),
         nvtx3::payload{static_cast<std::int64_t>(ns)}};
@@ -119,13 +119,13 @@ class NvtxProfiler {
   constexpr void clear() const noexcept {}
 
  private:
-  template <fixed_string K>
+  template <Key K>
   static constexpr void check_key() noexcept {
-    static_assert(Keys::template contains<K>,
+    static_assert(Keys::contains(K::name()),
                   "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
                   "(the key's name is the key_t<...> argument in the instantiation above)");
   }
-  template <fixed_string K>
+  template <Key K>
   static void push() noexcept {
     check_key<K>();
     nvtxDomainRangePushEx(nvtx3::domain::get<Domain>(), detail::nvtx_range_attributes<Domain, K>().get());

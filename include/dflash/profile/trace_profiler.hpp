@@ -118,7 +118,7 @@ inline long trace_pid() noexcept {
 }  // namespace detail
 
 template <class Keys, ProfilerClock Clock = std::chrono::steady_clock>
-  requires is_key_set<Keys>::value
+  requires ClosedKeySet<Keys>
 class TraceProfiler {
  public:
   using keys = Keys;
@@ -152,30 +152,30 @@ class TraceProfiler {
   TraceProfiler(const TraceProfiler&) = delete;
   TraceProfiler& operator=(const TraceProfiler&) = delete;
 
-  template <fixed_string K>
-  token begin(key_t<K>) const noexcept {
+  template <Key K>
+  token begin(K) const noexcept {
     check_key<K>();
     return Clock::now();
   }
-  template <fixed_string K>
-  void end(key_t<K>, token start) const noexcept {
+  template <Key K>
+  void end(K, token start) const noexcept {
     check_key<K>();
-    emit(Keys::template index_of<K>(), start, Clock::now(), false);
+    emit(Keys::index_of(K::name()), start, Clock::now(), false);
   }
-  template <fixed_string K>
-  [[nodiscard]] scope_type<Keys::template index_of<K>()> scope(key_t<K>) const noexcept {
+  template <Key K>
+  [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
     check_key<K>();
-    return scope_type<Keys::template index_of<K>()>(*this);
+    return scope_type<Keys::index_of(K::name())>(*this);
   }
   /// A duration measured elsewhere, drawn as a range that ends now. Negative → throws.
-  template <fixed_string K, class Rep, class Period>
-  void add(key_t<K>, std::chrono::duration<Rep, Period> d) const {
+  template <Key K, class Rep, class Period>
+  void add(K, std::chrono::duration<Rep, Period> d) const {
     check_key<K>();
     if (d < d.zero())
       throw std::invalid_argument("dflash::TraceProfiler::add: negative duration for key '" +
-                                  std::string(key_t<K>::name()) + "'");
+                                  std::string(K::name()) + "'");
     const time_point now = Clock::now();
-    emit(Keys::template index_of<K>(), now - std::chrono::duration_cast<duration>(d), now, true);
+    emit(Keys::index_of(K::name()), now - std::chrono::duration_cast<duration>(d), now, true);
   }
 
   /// Label the calling thread's track in the trace viewer.
@@ -272,9 +272,9 @@ class TraceProfiler {
   }
 
  private:
-  template <fixed_string K>
+  template <Key K>
   static constexpr void check_key() noexcept {
-    static_assert(Keys::template contains<K>,
+    static_assert(Keys::contains(K::name()),
                   "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
                   "(the key's name is the key_t<...> argument in the instantiation above)");
   }
