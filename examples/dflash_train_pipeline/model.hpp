@@ -1,29 +1,23 @@
 #pragma once
-// Compute core of the DFlash example: a frozen synthetic target model and a
-// small DFlash-style drafter trained on its hidden states (CPU, std only).
+// Compute core of the DFlash example (CPU, std only, deterministic given seeds).
 //
-// TargetModel(TargetConfig): embedding [V,H] + L residual layers
-//   h += tanh(rms(h) A_l + rms(causal_mean(h)) C_l + b_l), the causal mean
-//   running over earlier positions of the same document only.
-//   taps() = tap_layers(L, num_taps); tap l is the output of layer l (0-based).
-//   forward_padded(tokens [docs,seq], lengths [docs], seq) -> [docs, seq, taps*H]
-//   (right padding rows are 0; pack with ops::pack_hidden_states); forward_packed
-//   does the same for a packed [S] sequence -> [S, taps*H]. Taps are concatenated
-//   per token in taps() order.
-// BasicDrafter<T> (Drafter = float): one pre-norm transformer layer.
-//   ctx[s]   = rms(hidden[s] Wfc) * g_ctx                   hidden [S, feature_dim]
-//   x0[i,k]  = (k == 0 ? E[tokens[anchor_i]] : mask_emb) + pos_emb[k]
-//   attention (heads, shared Wk/Wv for context and block rows) over the kv set
-//   [ctx (S) | blocks (N*B)] allowed by DrafterBatch::mask (an AttentionMask
-//   [N*B, S+N*B], built from the ops' dense mask, mask_mod or block views),
-//   then a SiLU MLP, final norm and a vocab head. Slot k >= 1 of block i predicts
-//   tokens[anchor_i + k] when loss_mask there is set and it is in the anchor's
-//   document; weight exp(-(k-1)/gamma) (gamma 0: 1). Anchors need
-//   anchor + B <= S for kept blocks; dropped blocks (keep 0) must attend to
-//   nothing and be attended by nobody.
-//   train_step(batch) -> StepStats{loss (weighted mean CE), accuracy (argmax
-//   hits / labels), labels}: forward, manual backprop, clipped Adam.
-//   Deterministic: one thread, fixed order, SplitMix64-seeded init.
+// TargetModel: frozen, random. Embedding [V,H] + L layers
+//   h += tanh(rms(h) A_l + rms(causal_mean_in_doc(h)) C_l + b_l).
+//   Taps tap_layers(L, num_taps) (tap l = output of layer l), concatenated per token:
+//   forward_padded(tokens [docs*seq], lengths [docs], seq) -> [docs, seq, taps*H]
+//   (padding rows 0; pack with ops::pack_hidden_states); forward_packed(tokens [S],
+//   lengths) -> [S, taps*H].
+// BasicDrafter<T> (Drafter = float): one pre-norm transformer layer over
+//   kv = [ctx (S) | blocks (N*B)], queries = N*B block slots:
+//   ctx[s] = rms(hidden[s] Wfc)*g;  slot k of block i: x0 = (k ? mask_emb :
+//   E[tokens[anchor_i]]) + pos_emb[k];  multi-head attention (Wk/Wv shared by ctx
+//   and block rows, learned relative-position bias) over the kv that
+//   DrafterBatch::mask allows (AttentionMask [N*B, S+N*B] from the ops' dense mask,
+//   mask_mod or block views);  SiLU MLP;  norm;  vocab head.
+//   Slot k >= 1 predicts tokens[anchor_i + k] where loss_mask is set and it is in
+//   the anchor's document, weight exp(-(k-1)/gamma). Kept anchors need anchor+B <= S.
+//   train_step(DrafterBatch) -> StepStats{loss, accuracy, labels}: manual backprop +
+//   clipped Adam. evaluate(), logits() [N*B, V], parameters() for gradient checks.
 
 #include <algorithm>
 #include <cmath>
@@ -53,33 +47,71 @@ inline void require_size(std::size_t got, std::size_t want, std::string_view op,
 }
 inline std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
 
-// Row-vector kernels over row-major matrices W[in, out]; inner loops run over
-// `out`, contiguous, so they vectorise without -ffast-math.
+// Row-vector kernels over row-major matrices W[in, out]. Inner loops run over
+// `out`, contiguous, so they vectorise without -ffast-math; four rows of W
+// share each pass, which quarters the loads and stores of y / dy (and the
+// sanitizers' per-access cost).
 template <class T>
 void vec_mat(const T* x, const T* w, int in, int out, T* y) noexcept {  // y = x W
   std::fill(y, y + out, T(0));
-  for (int i = 0; i < in; ++i) {
+  const std::size_t n = sz(out);
+  int i = 0;
+  for (; i + 4 <= in; i += 4) {
+    const T x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+    const T *w0 = w + sz(i) * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+    for (std::size_t o = 0; o < n; ++o) y[o] += x0 * w0[o] + x1 * w1[o] + x2 * w2[o] + x3 * w3[o];
+  }
+  for (; i < in; ++i) {
     const T xi = x[i];
-    const T* wr = w + sz(i) * sz(out);
-    for (int o = 0; o < out; ++o) y[o] += xi * wr[o];
+    const T* wr = w + sz(i) * n;
+    for (std::size_t o = 0; o < n; ++o) y[o] += xi * wr[o];
   }
 }
 template <class T>
 void vec_matT_acc(const T* dy, const T* w, int in, int out, T* dx) noexcept {  // dx += dy W^T
-  for (int i = 0; i < in; ++i) {
-    const T* wr = w + sz(i) * sz(out);
+  const std::size_t n = sz(out);
+  int i = 0;
+  for (; i + 4 <= in; i += 4) {
+    const T *w0 = w + sz(i) * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+    T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (std::size_t o = 0; o < n; ++o) {
+      const T d = dy[o];
+      s0 += w0[o] * d;
+      s1 += w1[o] * d;
+      s2 += w2[o] * d;
+      s3 += w3[o] * d;
+    }
+    dx[i] += s0;
+    dx[i + 1] += s1;
+    dx[i + 2] += s2;
+    dx[i + 3] += s3;
+  }
+  for (; i < in; ++i) {
+    const T* wr = w + sz(i) * n;
     T s = 0;
-    for (int o = 0; o < out; ++o) s += wr[o] * dy[o];
+    for (std::size_t o = 0; o < n; ++o) s += wr[o] * dy[o];
     dx[i] += s;
   }
 }
 template <class T>
 void outer_acc(const T* x, const T* dy, int in, int out, T* dw) noexcept {  // dW += x^T dy
-  for (int i = 0; i < in; ++i) {
+  const std::size_t n = sz(out);
+  int i = 0;
+  for (; i + 4 <= in; i += 4) {
+    const T x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+    T *w0 = dw + sz(i) * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+    for (std::size_t o = 0; o < n; ++o) {
+      const T d = dy[o];
+      w0[o] += x0 * d;
+      w1[o] += x1 * d;
+      w2[o] += x2 * d;
+      w3[o] += x3 * d;
+    }
+  }
+  for (; i < in; ++i) {
     const T xi = x[i];
-    if (xi == T(0)) continue;
-    T* wr = dw + sz(i) * sz(out);
-    for (int o = 0; o < out; ++o) wr[o] += xi * dy[o];
+    T* wr = dw + sz(i) * n;
+    for (std::size_t o = 0; o < n; ++o) wr[o] += xi * dy[o];
   }
 }
 
@@ -401,6 +433,10 @@ struct StepStats {
   double loss = 0;          ///< sum(w * CE) / sum(w) over labelled slots
   double accuracy = 0;      ///< labelled slots whose argmax is the label / labels
   std::int64_t labels = 0;  ///< labelled slots (0: nothing to learn, no update)
+  /// Mean over kept blocks of the run of correct argmaxes from slot 1 on (stops
+  /// at the first wrong or unlabelled slot): DFlash's acceptance length minus
+  /// the bonus token.
+  double accept_len = 0;
 };
 
 template <class T>
@@ -672,6 +708,7 @@ class BasicDrafter {
     StepStats st;
     double loss = 0;
     std::int64_t hits = 0;
+    std::vector<std::int8_t> correct(detail::sz(Q), -1);
     std::vector<T> tmp(h);
     for (std::int32_t q = 0; q < Q; ++q) {
       if (!w.out_row[detail::sz(q)]) continue;
@@ -732,8 +769,16 @@ class BasicDrafter {
       const T ce = mx + std::log(se) - lg[y];
       loss += static_cast<double>(w.weight[detail::sz(q)] * ce);
       hits += arg == y;
+      correct[detail::sz(q)] = arg == y;
       ++st.labels;
     }
+    std::int64_t kept = 0, accepted = 0;
+    for (std::int32_t i = 0; i < N; ++i) {
+      if (!b.keep[detail::sz(i)]) continue;
+      ++kept;
+      for (std::int32_t k = 1; k < B && correct[detail::sz(i * B + k)] == 1; ++k) ++accepted;
+    }
+    if (kept > 0) st.accept_len = static_cast<double>(accepted) / static_cast<double>(kept);
     if (st.labels > 0) {
       st.loss = loss / static_cast<double>(w.weight_sum);
       st.accuracy = static_cast<double>(hits) / static_cast<double>(st.labels);
