@@ -394,8 +394,10 @@ struct DrafterConfig {
   std::int32_t heads = 4;          ///< must divide hidden
   std::int32_t ffn = 128;
   std::int32_t block_size = 16;
-  std::int32_t rel_distances = 64;  ///< learned relative-position bias for distances < this (clamped beyond)
-  double loss_gamma = 7.0;         ///< slot weight exp(-(k-1)/gamma); 0 = uniform
+  /// Learned per-head score bias by distance d = query pos - kv pos, d clamped
+  /// to [-(block_size-1), rel_distances-1]: our stand-in for the recipes' RoPE.
+  std::int32_t rel_distances = 64;
+  double loss_gamma = 7.0;  ///< slot weight exp(-(k-1)/gamma); 0 = uniform
   double lr = 3e-3;                ///< Adam
   /// Step multiplier for the relative-position bias: Adam moves an entry by
   /// about lr per step, and a bias must reach ~log(#kv) to focus attention on
