@@ -18,13 +18,21 @@
 //   p.join();    // waits; rethrows the first exception a stage threw
 //   std::cout << prof.summary();   // <stage>.wait/.work, <queue>.push_wait/.pop_wait
 //
+// Runtime sizes (e.g. from a CLI): pass a shape after the profiler; the
+// compile-time workers<S, N> / queue_spec<Name, Depth> values are its defaults.
+//   auto shape = train_pipeline<profiler>::default_shape();
+//   shape.workers[1] = n_targets;  shape.depths[2] = hs_depth;   // 0 -> std::invalid_argument
+//   train_pipeline<profiler> p(prof, shape, stages...);
+//
 // Lifecycle: the source runs until it returns an empty optional; each stage's
 // output queue is closed when its last worker exits, so the pipeline drains to
 // the sink and join() returns. A stage that throws cancels the pipeline: every
 // queue is closed, every thread exits after its current call, join() rethrows.
 // stop() (cancel) does the same from outside: blocked threads wake at once and
 // the latency is one in-flight call per stage; stop(stop_mode::drain) stops
-// the source only and lets queued items reach the sink.
+// the source only and lets queued items reach the sink. A stage ends the
+// pipeline early from inside its call with `throw dflash::pipeline_stop{};`
+// (e.g. a sink that has seen enough): the same as stop(), join() returns.
 // Keys: "<stage>.wait" (blocked in pop/push), "<stage>.work" (inside the
 // stage's call), plus queue_keys<queue name>, plus each stage's own `keys`.
 // They never depend on P, so pipeline_keys_t<train_pipeline> names them all.
@@ -37,6 +45,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -59,6 +68,14 @@ enum class stop_mode {
   cancel,  ///< close every queue now; threads exit after their current call
   drain,   ///< stop the source; items already queued still reach the sink
 };
+
+/// Thrown from a stage's call to end the pipeline early and cleanly: the same
+/// as stop() (stop_mode::cancel) from outside. The call's item is dropped,
+/// every thread exits after its current call, and join() returns normally
+/// (it still rethrows a real error another stage threw). Deliberately not a
+/// std::exception, so a `catch (const std::exception&)` does not swallow it.
+/// (A source that wants to drain instead returns an empty optional.)
+struct pipeline_stop {};
 
 namespace detail {
 template <class Spec>
@@ -95,6 +112,13 @@ decltype(auto) call_stage(S& s, [[maybe_unused]] std::size_t worker, Args&&... a
   else return s(std::forward<Args>(args)...);
 }
 }  // namespace detail
+
+/// Threads per stage and capacity per queue, chosen at run time.
+template <std::size_t Stages, std::size_t Queues>
+struct pipeline_shape {
+  std::array<std::size_t, Stages> workers{};
+  std::array<std::size_t, Queues> depths{};
+};
 
 template <ProfilerPolicy P, class... Specs>
 class Pipeline {
@@ -153,9 +177,32 @@ class Pipeline {
   /// Stages in order (or none, to default-construct them all). `prof` must outlive the pipeline.
   template <class... Args>
     requires(sizeof...(Args) == stage_count || sizeof...(Args) == 0)
-  explicit Pipeline(const P& prof, Args&&... stages) : prof_(prof), stages_(std::forward<Args>(stages)...) {
+  explicit Pipeline(const P& prof, Args&&... stages)
+      : prof_(prof), stages_(std::forward<Args>(stages)...), shape_(default_shape()) {
     make_queues(std::make_index_sequence<queue_count>{});
   }
+
+  using shape_type = pipeline_shape<stage_count, queue_count>;
+  /// The compile-time sizes: workers<S, N>::count per stage, queue_spec depth per queue.
+  [[nodiscard]] static constexpr shape_type default_shape() noexcept {
+    shape_type s;
+    [&]<std::size_t... I>(std::index_sequence<I...>) { ((s.workers[I] = workers_of<I>), ...); }(
+        std::make_index_sequence<stage_count>{});
+    [&]<std::size_t... I>(std::index_sequence<I...>) { ((s.depths[I] = queue_spec_type<I>::depth), ...); }(
+        std::make_index_sequence<queue_count>{});
+    return s;
+  }
+  /// Runtime sizes; every worker count and depth must be >= 1 (std::invalid_argument otherwise).
+  template <class... Args>
+    requires(sizeof...(Args) == stage_count || sizeof...(Args) == 0)
+  Pipeline(const P& prof, const shape_type& shape, Args&&... stages)
+      : prof_(prof), stages_(std::forward<Args>(stages)...), shape_(checked(shape)) {
+    make_queues(std::make_index_sequence<queue_count>{});
+  }
+  template <class... Args>
+    requires(std::is_empty_v<P> && (sizeof...(Args) == stage_count || sizeof...(Args) == 0))
+  Pipeline(const shape_type& shape, Args&&... stages) : Pipeline(P{}, shape, std::forward<Args>(stages)...) {}
+  [[nodiscard]] const shape_type& shape() const noexcept { return shape_; }
   /// For empty policies (NullProfiler): no profiler argument.
   template <class... Args>
     requires(std::is_empty_v<P> && (sizeof...(Args) == stage_count || sizeof...(Args) == 0) &&
@@ -224,20 +271,30 @@ class Pipeline {
  private:
   template <std::size_t... I>
   void make_queues(std::index_sequence<I...>) {
-    ((boost::hana::at_c<I>(queues_) = std::make_unique<queue_type<I>>(queue_spec_type<I>::depth, prof_.get())), ...);
+    ((boost::hana::at_c<I>(queues_) = std::make_unique<queue_type<I>>(shape_.depths[I], prof_.get())), ...);
   }
-  static constexpr std::size_t total_workers() noexcept {
-    return []<std::size_t... I>(std::index_sequence<I...>) { return (workers_of<I> + ...); }(
-        std::make_index_sequence<stage_count>{});
+  static shape_type checked(const shape_type& s) {
+    for (std::size_t i = 0; i < stage_count; ++i)
+      if (s.workers[i] == 0)
+        throw std::invalid_argument("dflash::Pipeline: stage " + std::to_string(i) + " needs at least one worker (got 0)");
+    for (std::size_t i = 0; i < queue_count; ++i)
+      if (s.depths[i] == 0)
+        throw std::invalid_argument("dflash::Pipeline: queue " + std::to_string(i) + " needs a depth of at least 1 (got 0)");
+    return s;
+  }
+  std::size_t total_workers() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t w : shape_.workers) n += w;
+    return n;
   }
   template <std::size_t... I>
   void launch(std::index_sequence<I...>) {
-    ((live_[I].store(workers_of<I>, std::memory_order_relaxed)), ...);
+    ((live_[I].store(shape_.workers[I], std::memory_order_relaxed)), ...);
     (launch_stage<I>(), ...);
   }
   template <std::size_t I>
   void launch_stage() {
-    for (std::size_t w = 0; w < workers_of<I>; ++w) threads_.emplace_back([this, w] { worker<I>(w); });
+    for (std::size_t w = 0; w < shape_.workers[I]; ++w) threads_.emplace_back([this, w] { worker<I>(w); });
   }
 
   void close_all() noexcept {
@@ -298,6 +355,8 @@ class Pipeline {
           }
         }
       }
+    } catch (const pipeline_stop&) {
+      cancel();
     } catch (...) {
       fail(std::current_exception());
     }
@@ -309,6 +368,7 @@ class Pipeline {
 
   [[no_unique_address]] profiler_ref<P> prof_;
   stages_tuple stages_;
+  shape_type shape_;
   queues_tuple queues_;
   std::array<std::atomic<std::size_t>, stage_count> live_{};
   std::vector<std::thread> threads_;

@@ -1,0 +1,33 @@
+#pragma once
+// Settings of one training run (filled by cli.hpp, or directly by the
+// benchmark). Plain data: no parser here, so the benchmark needs no CLI11.
+
+#include <cstdint>
+#include <string>
+
+namespace dflash_example {
+
+enum class device_kind { cpu, cuda };
+enum class output_format { table, json };
+
+struct Options {
+  std::int64_t steps = 200;             ///< batches the source produces (= drafter steps, minus dropped samples)
+  std::int32_t target_workers = 2;      ///< threads running the target forward
+  std::int32_t batch_queue_depth = 8;   ///< source -> target workers
+  std::int32_t post_queue_depth = 4;    ///< target workers -> postprocess
+  std::int32_t hs_queue_depth = 60;     ///< postprocess -> drafter (the HS queue)
+  std::int32_t hidden = 64;             ///< target hidden width; the drafter sees taps * hidden features
+  std::int32_t seq_len = 384;           ///< packed tokens per batch (whole documents, at most this many)
+  std::int32_t block_size = 16;         ///< DFlash block size
+  std::int32_t anchors = 24;            ///< anchors (blocks) per sequence
+  std::int32_t window = 0;              ///< drafter context window; 0 = full attention
+  std::uint64_t seed = 1;
+  double profile_interval = 5.0;        ///< seconds between profile tables; 0 = off
+  output_format profile_format = output_format::table;
+  std::string trace;                    ///< Chrome trace JSON path; empty = none
+  device_kind device = device_kind::cpu;
+  double progress_interval = 1.0;       ///< seconds between progress lines; 0 = only the last
+  bool quiet = false;                   ///< no progress lines (benchmarks)
+};
+
+}  // namespace dflash_example

@@ -1,0 +1,367 @@
+#pragma once
+// The stages of the example pipeline and the pipeline type itself:
+//
+//   batch_source ──batch_queue──▶ target_forward × N ──post_queue──▶ postprocess ──hs_queue──▶ drafter_train
+//
+// Every stage is a template on the profiler policy P; with NullProfiler its
+// timers compile to nothing. Stage names give the profile keys
+// "<name>.wait" / "<name>.work"; own keys are listed in each stage's `keys`.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dflash/dflash.hpp>
+
+#include "device_postprocess.hpp"
+#include "model.hpp"
+#include "options.hpp"
+
+namespace dflash_example {
+
+using namespace dflash::literals;
+
+// ------------------------------------------------------------ payloads ---
+
+struct Batch {
+  std::int64_t step = 0;
+  TokenBatch tokens;  ///< padded [docs, seq] documents
+};
+
+struct TargetOutput {
+  std::int64_t step = 0;
+  TokenBatch tokens;
+  std::vector<float> hidden;  ///< [docs, seq, feature] padded target hidden states
+};
+
+/// One HS-queue entry: everything the drafter needs for a step, packed.
+struct HsItem {
+  std::int64_t step = 0;
+  bool dropped = false;                 ///< fewer than 2 x block_size loss tokens: skipped
+  std::vector<float> hidden;            ///< [S, feature]
+  std::vector<std::int32_t> tokens;     ///< [S]
+  std::vector<std::uint8_t> loss_mask;  ///< [S]
+  std::vector<std::int32_t> doc_ids, pos;
+  std::vector<std::int32_t> anchors;    ///< [N]
+  std::vector<std::uint8_t> keep;       ///< [N]
+  dflash::ops::block_sparse_mask mask;  ///< flex-attention style form
+  AttentionMask attention;              ///< the drafter's CSR form of the same mask
+
+  [[nodiscard]] std::int32_t num_tokens() const noexcept { return static_cast<std::int32_t>(tokens.size()); }
+};
+
+// ------------------------------------------------------ mask adaptation ---
+
+/// The drafter's CSR mask from the block-sparse one: full tiles are taken
+/// whole, partial tiles ask the element rule (block_mask_mod), empty tiles
+/// are never looked at.
+[[nodiscard]] inline AttentionMask attention_from_block_mask(const dflash::ops::block_sparse_mask& m,
+                                                             const dflash::ops::block_mask_mod& mod) {
+  const std::int32_t rows = m.params.num_queries(), cols = m.params.num_kv();
+  std::vector<std::uint8_t> dense(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols), 0);
+  auto tile = [&](std::int32_t qt, std::int32_t kt, bool full) {
+    const std::int32_t q0 = qt * m.tile.q, q1 = std::min(q0 + m.tile.q, rows);
+    const std::int32_t k0 = kt * m.tile.kv, k1 = std::min(k0 + m.tile.kv, cols);
+    for (std::int32_t q = q0; q < q1; ++q) {
+      std::uint8_t* row = dense.data() + static_cast<std::size_t>(q) * static_cast<std::size_t>(cols);
+      for (std::int32_t kv = k0; kv < k1; ++kv) row[kv] = full || mod(q, kv) ? 1 : 0;
+    }
+  };
+  for (std::int32_t qt = 0; qt < m.num_q_tiles; ++qt) {
+    for (std::int32_t kt : m.full(qt)) tile(qt, kt, true);
+    for (std::int32_t kt : m.partial(qt)) tile(qt, kt, false);
+  }
+  return AttentionMask::from_dense(rows, cols, dense);
+}
+
+/// Model sizes the stages share, derived from the options.
+struct Setup {
+  explicit Setup(const Options& o)
+      : opts(o),
+        data(make_data()),
+        source(data),
+        target(TargetConfig{.vocab = data.vocab, .hidden = o.hidden}),
+        drafter_cfg(make_drafter(o, target.feature_dim(), data.vocab)) {}
+
+  Options opts;
+  DataConfig data;
+  MarkovSource source;
+  TargetModel target;
+  DrafterConfig drafter_cfg;
+
+  [[nodiscard]] dflash::ops::anchor_params anchor_params(std::int64_t step) const noexcept {
+    return {opts.block_size, opts.anchors, mix_seed(opts.seed ^ 0xA5C0u, static_cast<std::uint64_t>(step))};
+  }
+
+ private:
+  static DataConfig make_data() { return DataConfig{}; }
+  static DrafterConfig make_drafter(const Options& o, std::int32_t feature_dim, std::int32_t vocab) {
+    DrafterConfig c;
+    c.vocab = vocab;
+    c.feature_dim = feature_dim;
+    c.block_size = o.block_size;
+    // DFlash recipes: gamma 7 / 5 / 4 for block sizes 16 / 10 / 8; elsewhere block_size / 2.
+    c.loss_gamma = o.block_size == 16 || o.block_size == 10 || o.block_size == 8 ? recommended_gamma(o.block_size)
+                                                                                  : o.block_size / 2.0;
+    c.seed = o.seed;
+    return c;
+  }
+};
+
+// --------------------------------------------------------------- stages ---
+
+/// Seeded synthetic batches: documents of 48..192 tokens packed up to seq_len.
+struct batch_source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = Batch;
+
+  explicit batch_source(const Setup* s) noexcept : setup(s) {}
+
+  const Setup* setup;
+  std::int64_t next = 0;  // one worker
+
+  std::optional<Batch> operator()() {
+    if (next >= setup->opts.steps) return std::nullopt;
+    const std::int64_t step = next++;
+    return Batch{step, setup->source.make_batch(setup->opts.seed, static_cast<std::uint64_t>(step), setup->opts.seq_len)};
+  }
+};
+
+/// The frozen target: a forward over the padded documents, taps concatenated.
+/// TargetModel::forward_padded is const and allocation-local: N workers share it.
+template <dflash::ProfilerPolicy P>
+struct target_forward {
+  static constexpr dflash::fixed_string name{"target_forward"};
+  using input_type = Batch;
+  using output_type = TargetOutput;
+
+  explicit target_forward(const Setup* s) noexcept : setup(s) {}
+
+  const Setup* setup;
+
+  TargetOutput operator()(Batch&& b) const {
+    TargetOutput out{b.step, std::move(b.tokens), {}};
+    out.hidden = setup->target.forward_padded(out.tokens);
+    return out;
+  }
+};
+
+/// Off the target's critical path: doc ids, packing, the copy into the HS
+/// entry, anchors and the block mask. CPU path: the ops' host twins, where
+/// "device" memory is host memory and `copy` is the memcpy that stands for
+/// the device -> host copy. CUDA path: dflash::ops::gpu on the device.
+template <dflash::ProfilerPolicy P>
+struct postprocess {
+  static constexpr dflash::fixed_string name{"postprocess"};
+  using input_type = TargetOutput;
+  using output_type = HsItem;
+  using keys = dflash::key_set_cat_t<dflash::ops::keys, dflash::key_set<"upload", "copy", "mask_expand">>;
+
+  postprocess(const P& p, const Setup* s, device_postprocessor* dev) noexcept : prof(p), setup(s), device(dev) {}
+
+  [[no_unique_address]] dflash::profiler_ref<P> prof;
+  const Setup* setup;
+  device_postprocessor* device = nullptr;  ///< null: CPU path
+  dflash::ops::tile_shape tile{128, 128};
+  std::vector<float> staging;  // the CPU twin's "device" buffer (one worker)
+
+  HsItem operator()(TargetOutput&& in) {
+    const TokenBatch& tb = in.tokens;
+    const std::int32_t D = setup->target.feature_dim(), B = setup->opts.block_size, N = setup->opts.anchors;
+    HsItem out;
+    out.step = in.step;
+    out.tokens = tb.packed_tokens();
+    out.loss_mask = tb.packed_loss_mask();
+    if (dflash::ops::should_drop_sample(out.loss_mask, B)) {
+      out.dropped = true;
+      return out;
+    }
+    const std::int32_t S = out.num_tokens();
+    const auto s = static_cast<std::size_t>(S);
+    out.hidden.resize(s * static_cast<std::size_t>(D));
+    out.doc_ids.resize(s);
+    out.pos.resize(s);
+    out.anchors.resize(static_cast<std::size_t>(N));
+    out.keep.resize(static_cast<std::size_t>(N));
+    const dflash::ops::block_mask_params mp{S, N, B, setup->opts.window};
+    const dflash::ops::anchor_params ap = setup->anchor_params(in.step);
+    if (device) run_device(in, out, mp, ap);
+    else run_host(in, out, mp, ap);
+    auto t = prof->scope("mask_expand"_key);
+    out.attention = attention_from_block_mask(out.mask, {mp, out.anchors.data(), out.keep.data(), out.pos.data()});
+    return out;
+  }
+
+ private:
+  void run_host(const TargetOutput& in, HsItem& out, const dflash::ops::block_mask_params& mp,
+                const dflash::ops::anchor_params& ap) {
+    const TokenBatch& tb = in.tokens;
+    const std::int32_t S = out.num_tokens(), D = setup->target.feature_dim();
+    dflash::ops::doc_ids(std::span<const std::int32_t>(tb.lengths), std::span(out.doc_ids), std::span(out.pos), prof);
+    staging.resize(out.hidden.size());
+    std::vector<std::int32_t> cu(tb.lengths.size() + 1);
+    dflash::ops::pack_hidden_states(std::span<const float>(in.hidden), {tb.num_docs(), tb.seq, D},
+                                    std::span<const std::int32_t>(tb.lengths), std::span(staging), std::span(cu), prof);
+    {
+      auto t = prof->scope("copy"_key);
+      std::memcpy(out.hidden.data(), staging.data(), out.hidden.size() * sizeof(float));
+    }
+    const std::int32_t seq_lens[1] = {S};
+    dflash::ops::select_anchors(ap, 1, S, std::span<const std::int32_t>(seq_lens),
+                                std::span<const std::uint8_t>(out.loss_mask), std::span<const std::int32_t>(out.doc_ids),
+                                std::span(out.anchors), std::span(out.keep), prof);
+    out.mask = dflash::ops::build_block_mask(mp, tile, std::span<const std::int32_t>(out.doc_ids),
+                                             std::span<const std::int32_t>(out.pos),
+                                             std::span<const std::int32_t>(out.anchors),
+                                             std::span<const std::uint8_t>(out.keep), prof);
+  }
+
+  void run_device(const TargetOutput& in, HsItem& out, const dflash::ops::block_mask_params& mp,
+                  const dflash::ops::anchor_params& ap) {
+    const TokenBatch& tb = in.tokens;
+    dflash::ops::block_sparse_mask& m = out.mask;
+    m.params = mp;
+    m.tile = tile;
+    m.num_q_tiles = dflash::ops::tiles_for(mp.num_queries(), tile.q);
+    m.num_kv_tiles = dflash::ops::tiles_for(mp.num_kv(), tile.kv);
+    const auto nq = static_cast<std::size_t>(m.num_q_tiles), nk = static_cast<std::size_t>(m.num_kv_tiles);
+    m.kv_num_blocks.assign(nq, 0);
+    m.full_kv_num_blocks.assign(nq, 0);
+    m.kv_indices.assign(nq * nk, 0);
+    m.full_kv_indices.assign(nq * nk, 0);
+    const device_job job{in.hidden, tb.num_docs(), tb.seq, setup->target.feature_dim(), tb.lengths, out.loss_mask,
+                         out.num_tokens(), ap, mp, tile};
+    device_output dout{out.hidden, out.doc_ids, out.pos, out.anchors, out.keep, m.view(), 0};
+    device_times t;
+    device->run(job, dout, t);
+    if (dout.packed_tokens != out.num_tokens())
+      throw std::runtime_error("postprocess: the device packed " + std::to_string(dout.packed_tokens) +
+                               " tokens, expected " + std::to_string(out.num_tokens()));
+    if constexpr (P::enabled) {  // the device reports its phase times; record them under the same keys
+      prof->add("upload"_key, t.upload);
+      prof->add("doc_ids"_key, t.doc_ids);
+      prof->add("pack_hidden_states"_key, t.pack);
+      prof->add("anchors"_key, t.anchors);
+      prof->add("block_mask"_key, t.mask);
+      prof->add("copy"_key, t.copy);
+    }
+  }
+};
+
+/// What the drafter loop leaves behind for main() (one writer: the sink thread).
+struct TrainLog {
+  std::vector<double> losses;  ///< per trained step
+  std::int64_t tokens = 0;     ///< packed tokens trained on
+  std::int64_t dropped = 0;
+  double last_accuracy = 0;
+};
+
+/// Progress lines; shared with the profile reporter so their output never interleaves.
+class Console {
+ public:
+  Console(std::FILE* out, bool tty, bool quiet) : out_(out), tty_(tty), quiet_(quiet) {}
+  /// A progress line: rewritten in place on a terminal, one line each otherwise.
+  void progress(const std::string& line) {
+    if (quiet_) return;
+    std::lock_guard lk(m_);
+    if (tty_) {
+      std::fprintf(out_, "\r%s\033[K", line.c_str());
+      pending_ = true;
+    } else {
+      std::fprintf(out_, "%s\n", line.c_str());
+    }
+    std::fflush(out_);
+  }
+  /// A block of text (a profile table), starting on a fresh line.
+  void block(std::string_view text) {
+    std::lock_guard lk(m_);
+    if (pending_) std::fputc('\n', out_);
+    pending_ = false;
+    std::fwrite(text.data(), 1, text.size(), out_);
+    if (text.empty() || text.back() != '\n') std::fputc('\n', out_);
+    std::fflush(out_);
+  }
+
+ private:
+  std::mutex m_;
+  std::FILE* out_;
+  bool tty_, quiet_;
+  bool pending_ = false;
+};
+
+/// The drafter train loop: one clipped-Adam step per HS entry.
+template <dflash::ProfilerPolicy P>
+struct drafter_train {
+  static constexpr dflash::fixed_string name{"drafter"};
+  using input_type = HsItem;
+  using output_type = void;
+  using keys = dflash::key_set<"drafter_step">;
+  using clock = std::chrono::steady_clock;
+
+  drafter_train(const P& p, Drafter* d, TrainLog* l, Console* c, std::int64_t steps, double interval) noexcept
+      : prof(p), drafter(d), log(l), console(c), total_steps(steps), progress_interval(interval) {}
+
+  [[no_unique_address]] dflash::profiler_ref<P> prof;
+  Drafter* drafter;
+  TrainLog* log;
+  Console* console;
+  std::int64_t total_steps;
+  double progress_interval;
+  clock::time_point start = clock::now();
+  clock::time_point last_print = start;
+  std::int64_t seen = 0;
+
+  void operator()(HsItem&& it) {
+    ++seen;
+    if (it.dropped) {
+      ++log->dropped;
+    } else {
+      const DrafterBatch b{it.hidden, it.tokens, it.loss_mask, it.doc_ids, it.anchors, it.keep, &it.attention};
+      StepStats s;
+      {
+        auto t = prof->scope("drafter_step"_key);
+        s = drafter->train_step(b);
+      }
+      log->losses.push_back(s.loss);
+      log->last_accuracy = s.accuracy;
+      log->tokens += it.num_tokens();
+    }
+    const auto now = clock::now();
+    const bool last = seen == total_steps;
+    if (last || (progress_interval > 0 && now - last_print >= std::chrono::duration<double>(progress_interval))) {
+      last_print = now;
+      console->progress(progress_line(now));
+    }
+  }
+
+  [[nodiscard]] std::string progress_line(clock::time_point now) const {
+    const double secs = std::chrono::duration<double>(now - start).count();
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "step %6lld/%lld  %9.0f tok/s  loss %.4f  acc %.3f", static_cast<long long>(seen),
+                  static_cast<long long>(total_steps), secs > 0 ? static_cast<double>(log->tokens) / secs : 0.0,
+                  log->losses.empty() ? 0.0 : log->losses.back(), log->last_accuracy);
+    return buf;
+  }
+};
+
+// ------------------------------------------------------------- pipeline ---
+
+template <class P>
+using train_pipeline = dflash::Pipeline<P,                                         //
+                                        batch_source, dflash::queue_spec<"batch_queue", 8>,
+                                        dflash::workers<target_forward<P>, 2>, dflash::queue_spec<"post_queue", 4>,
+                                        postprocess<P>, dflash::queue_spec<"hs_queue", 60>,  //
+                                        drafter_train<P>>;
+
+/// Every key the pipeline records, known at compile time.
+using train_keys = dflash::pipeline_keys_t<train_pipeline>;
+
+}  // namespace dflash_example

@@ -1,0 +1,176 @@
+#pragma once
+// The example's driver, written once for every profiler policy:
+//   run_training<P>(setup, prof, stats, console, device)  builds the pipeline, runs it, returns the log;
+//   train_main<Stats>(argc, argv)                          the whole program (main.cpp / main_profiled.cpp).
+// Stats is NullProfiler (plain build) or AccumulatingProfiler<train_keys>
+// (profiled build); the choice is a type, made in each main TU.
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <type_traits>
+
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
+#include <dflash/dflash.hpp>
+
+#include "cli.hpp"
+#include "stages.hpp"
+
+namespace dflash_example {
+
+struct RunResult {
+  TrainLog log;
+  double seconds = 0;
+  [[nodiscard]] double tokens_per_second() const noexcept {
+    return seconds > 0 ? static_cast<double>(log.tokens) / seconds : 0.0;
+  }
+  /// Mean loss over the first / last `window()` trained steps.
+  [[nodiscard]] std::size_t window() const noexcept {
+    const std::size_t n = log.losses.size();
+    return n == 0 ? 0 : std::min<std::size_t>(20, std::max<std::size_t>(1, n / 10));
+  }
+  [[nodiscard]] double initial_loss() const {
+    const std::size_t w = window();
+    return w ? std::accumulate(log.losses.begin(), log.losses.begin() + static_cast<std::ptrdiff_t>(w), 0.0) /
+                   static_cast<double>(w)
+             : 0.0;
+  }
+  [[nodiscard]] double final_loss() const {
+    const std::size_t w = window();
+    return w ? std::accumulate(log.losses.end() - static_cast<std::ptrdiff_t>(w), log.losses.end(), 0.0) /
+                   static_cast<double>(w)
+             : 0.0;
+  }
+};
+
+/// Runs one training; P is what the stages record into (NullProfiler,
+/// the accumulating profiler, or a Composite of it and a trace), `stats`
+/// what the periodic reporter prints.
+template <dflash::ProfilerPolicy P, dflash::ProfilerPolicy Stats>
+RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console& console,
+                       device_postprocessor* device) {
+  const Options& o = setup.opts;
+  using pipeline = train_pipeline<P>;
+  auto shape = pipeline::default_shape();
+  shape.workers[1] = static_cast<std::size_t>(o.target_workers);
+  shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
+  shape.depths[1] = static_cast<std::size_t>(o.post_queue_depth);
+  shape.depths[2] = static_cast<std::size_t>(o.hs_queue_depth);
+
+  Drafter drafter(setup.drafter_cfg);
+  RunResult r;
+  pipeline p(prof, shape, batch_source(&setup), target_forward<P>(&setup), postprocess<P>(prof, &setup, device),
+             drafter_train<P>(prof, &drafter, &r.log, &console, o.steps, o.progress_interval));
+
+  const dflash::reporter_options ropt{
+      o.profile_format == output_format::json ? dflash::report_format::json : dflash::report_format::table,
+      dflash::report_reset::keep};
+  dflash::periodic_reporter<Stats> reporter(
+      stats, std::chrono::duration<double>(o.profile_interval), [&console](std::string_view s) { console.block(s); },
+      ropt);
+  const auto t0 = std::chrono::steady_clock::now();
+  reporter.start();
+  p.run();
+  try {
+    p.join();
+  } catch (...) {
+    reporter.stop();
+    throw;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  reporter.stop();
+  return r;
+}
+
+inline std::string describe(const Setup& s, bool profiled) {
+  const Options& o = s.opts;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s: %lld steps | %d target workers | target hidden %d x %zu taps = %d features | seq-len %d | "
+                "block %d | %d anchors | window %d | queues batch %d, post %d, hs %d | device %s | %s\n"
+                "drafter: %zu parameters, trained with clipped Adam on the CPU\n",
+                profiled ? "dflash_train_pipeline_profiled" : "dflash_train_pipeline",
+                static_cast<long long>(o.steps), o.target_workers, o.hidden, s.target.taps().size(),
+                s.target.feature_dim(), o.seq_len, o.block_size, o.anchors, o.window, o.batch_queue_depth,
+                o.post_queue_depth, o.hs_queue_depth,
+                o.device == device_kind::cuda ? "cuda (postprocess ops on the GPU, models on the CPU)" : "cpu",
+                profiled ? "profiler: AccumulatingProfiler" : "profiler: NullProfiler (nothing recorded)",
+                Drafter(s.drafter_cfg).num_parameters());
+  return buf;
+}
+
+inline void print_result(Console& console, const RunResult& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "throughput: %.0f tokens/s (%zu steps trained, %lld dropped, %lld tokens in %.2f s)\n"
+                "initial loss %.4f final loss %.4f (mean of the first / last %zu steps)\n",
+                r.tokens_per_second(), r.log.losses.size(), static_cast<long long>(r.log.dropped),
+                static_cast<long long>(r.log.tokens), r.seconds, r.initial_loss(), r.final_loss(), r.window());
+  console.block(buf);
+}
+
+/// The program. Stats = NullProfiler or AccumulatingProfiler<train_keys>.
+template <dflash::ProfilerPolicy Stats>
+int train_main(int argc, char** argv) {
+  constexpr bool profiled = Stats::enabled;
+  Options o;
+  if (auto rc = parse_cli(argc, argv, o, profiled, std::cout, std::cerr)) return *rc;
+  const char* self = profiled ? "dflash_train_pipeline_profiled" : "dflash_train_pipeline";
+
+  std::unique_ptr<device_postprocessor> device;
+  if (o.device == device_kind::cuda) {
+    if (const std::string why = device_postprocessor::probe(); !why.empty()) {
+      std::cerr << self << ": error: --device cuda: " << why << "\n";
+      return exit_device_unavailable;
+    }
+    device = std::make_unique<device_postprocessor>();
+  }
+  if (!o.trace.empty() && !std::ofstream(o.trace)) {  // fail before training, not after
+    std::cerr << self << ": error: --trace: cannot write '" << o.trace << "'\n";
+    return exit_usage;
+  }
+
+#if __has_include(<unistd.h>)
+  const bool tty = isatty(fileno(stdout)) != 0;
+#else
+  const bool tty = false;
+#endif
+  Console console(stdout, tty, o.quiet);
+  try {
+    const Setup setup(o);
+    console.block(describe(setup, profiled));
+    RunResult r;
+    const auto fmt = o.profile_format == output_format::json ? dflash::report_format::json : dflash::report_format::table;
+    if constexpr (profiled) {
+      Stats stats;
+      if (!o.trace.empty()) {
+        dflash::TraceProfiler<train_keys> trace;
+        const dflash::Composite<Stats, dflash::TraceProfiler<train_keys>> both{stats, trace};
+        r = run_training(setup, both, stats, console, device.get());
+        trace.write_file(o.trace);
+        console.block("trace: wrote " + o.trace + " (open in ui.perfetto.dev or chrome://tracing)");
+      } else {
+        r = run_training(setup, stats, stats, console, device.get());
+      }
+      console.block("final profile (whole run):\n" + stats.summary(fmt));
+    } else {
+      dflash::NullProfiler none;
+      r = run_training(setup, none, none, console, device.get());
+    }
+    print_result(console, r);
+  } catch (const std::exception& e) {
+    console.block(std::string(self) + ": error: " + e.what());
+    return exit_failure;
+  }
+  return 0;
+}
+
+}  // namespace dflash_example

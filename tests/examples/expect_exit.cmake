@@ -1,0 +1,11 @@
+# Runs EXE with ARGS ("a|b|c") and checks the exit code is exactly CODE and
+# stderr matches REGEX (ctest's WILL_FAIL cannot tell exit 2 from a crash).
+string(REPLACE "|" ";" args "${ARGS}")
+execute_process(COMMAND "${EXE}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+message("stdout: ${out}\nstderr: ${err}")
+if(NOT "${rc}" STREQUAL "${CODE}")
+  message(FATAL_ERROR "exit code '${rc}', expected ${CODE}")
+endif()
+if(NOT err MATCHES "${REGEX}")
+  message(FATAL_ERROR "stderr does not match '${REGEX}'")
+endif()

@@ -1,0 +1,157 @@
+// The example's own pieces: mask adaptation, the CPU postprocess against
+// the definitions, the CLI's validation, runtime pipeline sizes.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "stages.hpp"
+
+using namespace dflash_example;
+
+namespace {
+Options small() {
+  Options o;
+  o.steps = 6;
+  o.seq_len = 256;
+  o.anchors = 8;
+  o.hidden = 16;
+  o.quiet = true;
+  return o;
+}
+
+int parse(std::vector<std::string> args, Options& o, bool profiled, std::string* err_text = nullptr) {
+  args.insert(args.begin(), "prog");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  std::ostringstream out, err;
+  const auto rc = parse_cli(static_cast<int>(argv.size()), argv.data(), o, profiled, out, err);
+  if (err_text) *err_text = err.str();
+  return rc ? *rc : -1;
+}
+}  // namespace
+
+TEST_CASE("CPU postprocess: packed hidden states, doc ids, anchors and mask match the definitions", "[example]") {
+  const Setup setup(small());
+  const TokenBatch tb = setup.source.make_batch(setup.opts.seed, 3, setup.opts.seq_len);
+  postprocess<dflash::NullProfiler> post({}, &setup, nullptr);
+  HsItem it = post(TargetOutput{3, tb, setup.target.forward_padded(tb)});
+  REQUIRE_FALSE(it.dropped);
+  CHECK(it.tokens == tb.packed_tokens());
+  CHECK(it.loss_mask == tb.packed_loss_mask());
+  CHECK(it.doc_ids == tb.packed_doc_ids());
+  CHECK(it.hidden == setup.target.forward_packed(it.tokens, tb.lengths));
+  const std::int32_t S = it.num_tokens(), B = setup.opts.block_size;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < it.anchors.size(); ++i) {
+    if (!it.keep[i]) continue;
+    ++kept;
+    const auto a = static_cast<std::size_t>(it.anchors[i]);
+    CHECK(it.anchors[i] + B <= S);
+    CHECK(it.loss_mask[a] == 1);
+    CHECK(it.doc_ids[a + static_cast<std::size_t>(B) - 1] == it.doc_ids[a]);
+  }
+  CHECK(kept == it.anchors.size());  // 256 tokens have far more than 8 candidates
+  // The drafter's CSR mask, built from the block-sparse form, is the dense definition.
+  const dflash::ops::block_mask_params mp{S, setup.opts.anchors, B, 0};
+  const auto dense = dflash::ops::dense_block_mask(mp, it.doc_ids, it.anchors, it.keep);
+  CHECK(it.attention == AttentionMask::from_dense(dense.rows, dense.cols, dense.allowed));
+}
+
+TEST_CASE("mask adaptation agrees with the dense mask for a window and dropped blocks", "[example]") {
+  const std::vector<std::int32_t> lengths{40, 30, 50};
+  const auto ids = dflash::ops::doc_ids(std::span<const std::int32_t>(lengths));
+  const std::vector<std::int32_t> anchors{3, 20, 45, 90, 0};
+  const std::vector<std::uint8_t> keep{1, 1, 1, 1, 0};
+  for (std::int32_t window : {0, 7}) {
+    const dflash::ops::block_mask_params mp{120, 5, 4, window};
+    for (dflash::ops::tile_shape tile : {dflash::ops::tile_shape{16, 16}, dflash::ops::tile_shape{7, 33}}) {
+      const auto sparse = dflash::ops::build_block_mask(mp, tile, ids.doc_id, ids.pos, anchors, keep);
+      const auto got = attention_from_block_mask(sparse, {mp, anchors.data(), keep.data(), ids.pos.data()});
+      const auto dense = dflash::ops::dense_block_mask(mp, ids.doc_id, anchors, keep);
+      CHECK(got == AttentionMask::from_dense(dense.rows, dense.cols, dense.allowed));
+    }
+  }
+}
+
+TEST_CASE("the pipeline runs with runtime worker counts and queue depths", "[example]") {
+  Options o = small();
+  o.target_workers = 3;
+  o.hs_queue_depth = 1;
+  const Setup setup(o);
+  using profiler = dflash::AccumulatingProfiler<train_keys>;
+  profiler prof;
+  auto shape = train_pipeline<profiler>::default_shape();
+  CHECK(shape.workers[1] == 2);
+  CHECK(shape.depths[2] == 60);
+  shape.workers[1] = 3;
+  shape.depths[2] = 1;
+  Drafter drafter(setup.drafter_cfg);
+  TrainLog log;
+  Console console(stdout, false, true);
+  train_pipeline<profiler> p(prof, shape, batch_source(&setup), target_forward<profiler>(&setup),
+                             postprocess<profiler>(prof, &setup, nullptr),
+                             drafter_train<profiler>(prof, &drafter, &log, &console, o.steps, 0.0));
+  CHECK(p.shape().workers[1] == 3);
+  p.run();
+  p.join();
+  CHECK(log.losses.size() == 6);
+  const auto snap = prof.snapshot();
+  for (const auto& k : snap.keys) {
+    if (k.name == "target_forward.work" || k.name == "drafter_step" || k.name == "postprocess.work") CHECK(k.count == 6);
+  }
+  auto make = [&](const train_pipeline<profiler>::shape_type& sh) {
+    train_pipeline<profiler> q(prof, sh, batch_source(&setup), target_forward<profiler>(&setup),
+                               postprocess<profiler>(prof, &setup, nullptr),
+                               drafter_train<profiler>(prof, &drafter, &log, &console, o.steps, 0.0));
+  };
+  shape.depths[0] = 0;
+  CHECK_THROWS_WITH(make(shape), Catch::Contains("queue 0 needs a depth of at least 1"));
+  shape.depths[0] = 8;
+  shape.workers[1] = 0;
+  CHECK_THROWS_WITH(make(shape), Catch::Contains("stage 1 needs at least one worker"));
+}
+
+TEST_CASE("CLI: values are parsed and bad input is a usage error", "[example][cli]") {
+  Options o;
+  CHECK(parse({"--steps", "7", "--target-workers", "3", "--hs-queue-depth", "5", "--profile-interval", "0.5",
+               "--profile-format", "json", "--device", "cuda", "--seed", "9"},
+              o, true) == -1);
+  CHECK(o.steps == 7);
+  CHECK(o.target_workers == 3);
+  CHECK(o.hs_queue_depth == 5);
+  CHECK(o.profile_interval == 0.5);
+  CHECK(o.profile_format == output_format::json);
+  CHECK(o.device == device_kind::cuda);
+  CHECK(o.seed == 9);
+  CHECK(Options{}.hs_queue_depth == 60);
+
+  std::string err;
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"--bogus"},
+                                                               {"--steps", "abc"},
+                                                               {"--steps", "0"},
+                                                               {"--steps", "-3"},
+                                                               {"--target-workers", "0"},
+                                                               {"--hs-queue-depth", "0"},
+                                                               {"--batch-queue-depth", "-1"},
+                                                               {"--profile-interval", "-1"},
+                                                               {"--profile-interval", "soon"},
+                                                               {"--profile-format", "xml"},
+                                                               {"--device", "tpu"},
+                                                               {"--seq-len", "10"},
+                                                               {"--seed", "-1"},
+                                                               {"--trace", ""}}) {
+    Options x;
+    INFO(bad[0]);
+    CHECK(parse(bad, x, true, &err) == exit_usage);
+    CHECK_THAT(err, Catch::Contains("error: "));
+  }
+  Options x;
+  CHECK(parse({"--trace", "t.json"}, x, false, &err) == exit_usage);
+  CHECK_THAT(err, Catch::Contains("--trace needs the profiled build"));
+  CHECK(parse({"--profile-interval", "2"}, x, false, &err) == exit_usage);
+  CHECK(parse({"--profile-interval", "0"}, x, false, &err) == -1);  // 0 = off is what the plain build does anyway
+  CHECK(parse({"--help"}, x, false, &err) == 0);
+}
