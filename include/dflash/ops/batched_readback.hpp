@@ -140,9 +140,9 @@ class batched_readback {
   explicit batched_readback(std::size_t slots, std::size_t depth = 2, Backend backend = {})
       : backend_(std::move(backend)), slots_(slots) {
     constexpr std::string_view op = "batched_readback";
-    detail::require(slots > 0, op, "needs at least one slot");
+    detail::require(slots > 0, op, "needs at least one slot (got 0)");
     detail::require(slots <= (std::size_t{1} << 24), op, "slots = " + std::to_string(slots) + " is too many");
-    detail::require(depth > 0, op, "depth must be positive");
+    detail::require(depth > 0, op, "depth must be positive (got 0)");
     staging_ = backend_.allocate_device(bytes());
     entries_.resize(depth);
     try {

@@ -8,16 +8,19 @@
 //   rep.start();  ...  rep.stop();                                       // background thread
 //
 // Time comes from a Clock policy and tick() is public, so tests drive it with
-// manual_clock and no thread. interval 0 = off; negative = std::invalid_argument.
+// manual_clock and no thread. interval 0 = off; negative, NaN, infinite or
+// longer than half the clock's range = std::invalid_argument.
 // With a policy that records nothing (NullProfiler) the reporter is an empty
 // type: no thread, no timer, every member a no-op.
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <ostream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -40,10 +43,15 @@ struct reporter_options {
 };
 
 namespace detail {
+inline std::string seconds_text(double s) {
+  std::ostringstream os;
+  os << s << " s";
+  return os.str();
+}
 inline std::chrono::duration<double> checked_interval(std::chrono::duration<double> interval) {
-  if (!(interval.count() >= 0.0))  // also rejects NaN
-    throw std::invalid_argument("dflash::periodic_reporter: interval must be >= 0 seconds (0 = off), got " +
-                                std::to_string(interval.count()));
+  if (!(interval.count() >= 0.0) || !std::isfinite(interval.count()))  // also rejects NaN and infinity
+    throw std::invalid_argument("dflash::periodic_reporter: interval must be >= 0 seconds (0 = off) and finite, got " +
+                                seconds_text(interval.count()));
   return interval;
 }
 inline std::function<void(std::string_view)> ostream_sink(std::ostream& os) {
@@ -118,9 +126,16 @@ class periodic_reporter {
 
  private:
   static typename Clock::duration to_clock(std::chrono::duration<double> d) {
+    // Half the clock's range: deadlines (now + interval) must not overflow.
+    const std::chrono::duration<double> longest = Clock::duration::max() / 2;
+    if (d > longest)
+      throw std::invalid_argument("dflash::periodic_reporter: interval of " + detail::seconds_text(d.count()) +
+                                  " is longer than the clock can count (at most " +
+                                  detail::seconds_text(longest.count()) + ")");
     const auto c = std::chrono::duration_cast<typename Clock::duration>(d);
     if (d.count() > 0.0 && c.count() == 0)
-      throw std::invalid_argument("dflash::periodic_reporter: interval is shorter than one clock tick");
+      throw std::invalid_argument("dflash::periodic_reporter: interval of " + detail::seconds_text(d.count()) +
+                                  " is shorter than one clock tick");
     return c;
   }
 

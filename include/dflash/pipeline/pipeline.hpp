@@ -86,7 +86,9 @@ struct stage_spec {
 template <class S, std::size_t N>
 struct stage_spec<workers<S, N>> {
   using stage = S;
-  static constexpr std::size_t count = N;
+  // Read through workers<S, N> so that it is instantiated and its N > 0
+  // check fires (matching this pattern alone instantiates nothing).
+  static constexpr std::size_t count = workers<S, N>::count;
 };
 
 template <class T>
