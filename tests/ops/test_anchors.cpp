@@ -157,7 +157,7 @@ TEST_CASE("select_anchors rejects bad input with a clear message", "[anchors]") 
   bvec keep(2);
   CHECK_THROWS_WITH(select_anchors({0, 2, 0}, 1, 8, ivec{8}, mask, {}, anchors, keep), Catch::Contains("block_size = 0 must be positive"));
   CHECK_THROWS_WITH(select_anchors({2, -1, 0}, 1, 8, ivec{8}, mask, {}, anchors, keep), Catch::Contains("num_anchors = -1 is negative"));
-  CHECK_THROWS_WITH(select_anchors({2, 2, 0}, 1, 8, ivec{9}, mask, {}, anchors, keep), Catch::Contains("lengths[0] = 9 exceeds seq = 8"));
+  CHECK_THROWS_WITH(select_anchors({2, 2, 0}, 1, 8, ivec{9}, mask, {}, anchors, keep), Catch::Contains("seq_lens[0] = 9 exceeds seq = 8"));
   CHECK_THROWS_WITH(select_anchors({2, 2, 0}, 1, 8, ivec{-1}, mask, {}, anchors, keep), Catch::Contains("is negative"));
   CHECK_THROWS_WITH(select_anchors({2, 2, 0}, 2, 8, ivec{8}, mask, {}, anchors, keep), Catch::Contains("seq_lens has 1 elements, expected 2"));
   CHECK_THROWS_WITH(select_anchors({2, 2, 0}, 1, 8, ivec{8}, bvec(7), {}, anchors, keep), Catch::Contains("loss_mask has 7 elements"));

@@ -87,7 +87,7 @@ void select_anchors(const anchor_params& a, std::int32_t batch, std::int32_t seq
   constexpr std::string_view op = "select_anchors";
   detail::check_anchor_args(a, batch, seq, op);
   detail::require_size(seq_lens.size(), static_cast<std::size_t>(batch), op, "seq_lens");
-  detail::checked_total(seq_lens, seq, op);
+  detail::checked_total(seq_lens, seq, op, "seq_lens");
   const std::size_t cells = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
   detail::require_size(loss_mask.size(), cells, op, "loss_mask");
   detail::require(doc_ids.empty() || doc_ids.size() == cells, op,

@@ -30,13 +30,15 @@ inline void require_non_negative(std::int64_t v, std::string_view op, std::strin
 }
 
 /// Sum of lengths, each in [0, max_len] (max_len < 0: no upper bound); the sum must fit int32.
-inline std::int32_t checked_total(std::span<const std::int32_t> lengths, std::int64_t max_len, std::string_view op) {
+inline std::int32_t checked_total(std::span<const std::int32_t> lengths, std::int64_t max_len, std::string_view op,
+                                  std::string_view name = "lengths") {
+  const std::string n(name);
   std::int64_t total = 0;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     const std::int64_t l = lengths[i];
-    if (l < 0) fail(op, "lengths[" + std::to_string(i) + "] = " + std::to_string(l) + " is negative");
+    if (l < 0) fail(op, n + "[" + std::to_string(i) + "] = " + std::to_string(l) + " is negative");
     if (max_len >= 0 && l > max_len)
-      fail(op, "lengths[" + std::to_string(i) + "] = " + std::to_string(l) + " exceeds seq = " + std::to_string(max_len));
+      fail(op, n + "[" + std::to_string(i) + "] = " + std::to_string(l) + " exceeds seq = " + std::to_string(max_len));
     total += l;
   }
   if (total > std::numeric_limits<std::int32_t>::max())

@@ -122,11 +122,7 @@ class AccumulatingProfiler {
   template <Key K, class Rep, class Period>
   void add(K, std::chrono::duration<Rep, Period> d) const {
     check_key<K>();
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-    if (ns < 0)
-      throw std::invalid_argument("dflash::AccumulatingProfiler::add: negative duration for key '" +
-                                  std::string(K::name()) + "'");
-    record(Keys::index_of(K::name()), static_cast<std::uint64_t>(ns));
+    record(Keys::index_of(K::name()), detail::checked_add_ns("dflash::AccumulatingProfiler", K::name(), d));
   }
 
   /// Merged view of every shard. Exact when no thread is recording.

@@ -107,10 +107,7 @@ class NvtxProfiler {
   template <Key K, class Rep, class Period>
   void add(K, std::chrono::duration<Rep, Period> d) const {
     check_key<K>();
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-    if (ns < 0)
-      throw std::invalid_argument("dflash::NvtxProfiler::add: negative duration for key '" +
-                                  std::string(K::name()) + "'");
+    const auto ns = detail::checked_add_ns("dflash::NvtxProfiler", K::name(), d);
     const nvtx3::event_attributes mark{
         nvtx3::registered_string_in<Domain>::template get<detail::nvtx_message<K>>(),
         nvtx3::payload{static_cast<std::int64_t>(ns)}};

@@ -12,6 +12,10 @@
 
 #include <chrono>
 #include <concepts>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -39,6 +43,19 @@ concept ProfilerPolicy =
       p.scope(k);
       p.add(k, d);
     };
+
+namespace detail {
+/// What add(k, d) records, in ns; a negative duration is the caller's bug, and
+/// is reported (naming the policy, the key and the value), never clamped.
+template <class Rep, class Period>
+std::uint64_t checked_add_ns(std::string_view who, std::string_view key, std::chrono::duration<Rep, Period> d) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  if (ns < 0)
+    throw std::invalid_argument(std::string(who) + "::add: negative duration for key '" + std::string(key) +
+                                "' (got " + std::to_string(ns) + " ns)");
+  return static_cast<std::uint64_t>(ns);
+}
+}  // namespace detail
 
 /// A policy whose every member is a no-op (empty, stateless): NullProfiler,
 /// Composite<>, ... Stages hold such policies with zero size.

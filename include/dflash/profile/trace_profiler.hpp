@@ -147,7 +147,7 @@ class TraceProfiler {
   explicit TraceProfiler(std::size_t events_per_thread = default_events_per_thread)
       : id_(detail::next_trace_profiler_id()), capacity_(events_per_thread) {
     if (events_per_thread == 0)
-      throw std::invalid_argument("dflash::TraceProfiler: events_per_thread must be at least 1");
+      throw std::invalid_argument("dflash::TraceProfiler: events_per_thread must be at least 1 (got 0)");
   }
   TraceProfiler(const TraceProfiler&) = delete;
   TraceProfiler& operator=(const TraceProfiler&) = delete;
@@ -171,9 +171,7 @@ class TraceProfiler {
   template <Key K, class Rep, class Period>
   void add(K, std::chrono::duration<Rep, Period> d) const {
     check_key<K>();
-    if (d < d.zero())
-      throw std::invalid_argument("dflash::TraceProfiler::add: negative duration for key '" +
-                                  std::string(K::name()) + "'");
+    detail::checked_add_ns("dflash::TraceProfiler", K::name(), d);
     const time_point now = Clock::now();
     emit(Keys::index_of(K::name()), now - std::chrono::duration_cast<duration>(d), now, true);
   }

@@ -54,6 +54,8 @@ struct ring_ticket {
 
 /// A non-owning view: header + sequence array of `capacity` words.
 /// Trivially copyable, so it can be passed by value to a kernel.
+/// Precondition: capacity >= 1 — the view is noexcept and device-callable, so
+/// its owners (host_ring, device_queue) validate capacity and throw instead.
 class ring_control {
  public:
   static constexpr unsigned long long closed_bit = 1ull << 63;
