@@ -62,6 +62,34 @@ def profiler_ratios(rows, plot):
     return "\n".join(out)
 
 
+def queue_ratios(rows):
+    """Host queue throughput next to the std::mutex + std::deque baseline of the same shape."""
+    by = {}
+    for b in rows:
+        name, shape = b["name"].split("/")[0], b["name"].split("/")[1]
+        by[(name, shape)] = b.get("items_per_second", 0.0)
+    out = ["| queue | shape | M items/s | × mutex+deque |", "|---|---|---:|---:|"]
+    for (name, shape), v in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        base = by.get(("mutex_deque", shape))
+        if base:
+            out.append(f"| {name} | {shape} | {v / 1e6:.2f} | {v / base:.2f} |")
+    return "\n".join(out)
+
+
+def naive_ratios(rows):
+    """Each op next to its naive reference (BM_x vs BM_x_naive, same arguments)."""
+    by = {b["name"]: b for b in rows}
+    out = ["| op | CPU ns | naive CPU ns | speed-up |", "|---|---:|---:|---:|"]
+    for name, b in by.items():
+        m = re.match(r"(BM_[a-z_]+?)_(naive|dense_reference)(.*)$", name)
+        if not m:
+            continue
+        ours = by.get(m.group(1) + m.group(3)) or by.get(m.group(1) + "_sparse" + m.group(3))
+        if ours:
+            out.append(f"| `{ours['name']}` | {fmt(ns(ours))} | {fmt(ns(b))} | {ns(b) / ns(ours):.2f} |")
+    return "\n".join(out)
+
+
 def main():
     results, out_md = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     plot = []
@@ -81,6 +109,12 @@ def main():
         if name == "profiler_overhead":
             md += ["Cost of one scoped timer (begin + end + record) next to a bare pair of clock reads:", "",
                    profiler_ratios(rows, plot), ""]
+        if name == "bench_queue":
+            md += ["Throughput next to a plain `std::mutex` + `std::deque` queue, same run:", "",
+                   queue_ratios(rows), ""]
+        if name == "ops_host":
+            md += ["Host twins next to the naive reference implementations, same run:", "",
+                   naive_ratios(rows), ""]
         md += [table(rows), ""]
     for note in sorted(pathlib.Path("docs/bench").glob("*.md")):
         md += [f"## Notes: {note.stem}", "", note.read_text().strip(), ""]

@@ -211,9 +211,7 @@ class CudaEventProfiler {
 
   template <Key K>
   static constexpr void check_key() noexcept {
-    static_assert(Keys::contains(K::name()),
-                  "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
-                  "(the key's name is the key_t<...> argument in the instantiation above)");
+    require_key<Keys, K>();
   }
 
   static std::size_t check_pool(std::size_t n) {

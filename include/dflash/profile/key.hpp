@@ -109,6 +109,14 @@ concept ClosedKeySet = KeySet<T> && requires { T::size; };
 template <class T>
 struct is_key_set : std::bool_constant<ClosedKeySet<T>> {};
 
+/// The compile-time check every stateful policy makes on every key it is given.
+template <KeySet Keys, Key K>
+constexpr void require_key() noexcept {
+  static_assert(Keys::contains(K::name()),
+                "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
+                "(the key's name is the key_t<...> argument in the instantiation above)");
+}
+
 /// Concatenate key sets (e.g. a pipeline's keys with its stages' own keys).
 template <ClosedKeySet... Sets>
 struct key_set_cat;
