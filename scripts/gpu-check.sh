@@ -30,7 +30,8 @@ step() {  # step NAME LOGFILE CMD... : run, log, record pass/fail and seconds
 
 note "dflash gpu-check $(git rev-parse --short HEAD 2>/dev/null) on $(hostname), $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$out/nvidia-smi.csv" 2>&1 &&
-  note "device: $(tail -n +2 "$out/nvidia-smi.csv")" || note "device: nvidia-smi failed"
+  note "device: $(tail -n +2 "$out/nvidia-smi.csv")" ||
+  note "device: NONE (nvidia-smi failed) — GPU tests and benchmarks below report skipped; this run says nothing about the GPU"
 
 step configure configure.log cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DDFLASH_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" || { note "configure failed"; exit 1; }
