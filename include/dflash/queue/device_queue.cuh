@@ -68,6 +68,7 @@ struct device_queue_view {
     scan(tmp[warp]).ExclusiveSum(n, offset, total);
     ring_ticket t{ring_status::ok, 0, 0};
     if (lane == 0) t = ctl.try_reserve_push(total);
+    __syncwarp(full_mask);  // memory order: lane 0 acquired the slots; every lane writes them (shfl alone orders nothing)
     const auto status = static_cast<ring_status>(__shfl_sync(full_mask, static_cast<int>(t.status), 0));
     const unsigned long long first = __shfl_sync(full_mask, t.first, 0);
     if (status == ring_status::ok) write(first + offset, items, n);
@@ -98,6 +99,7 @@ struct device_queue_view {
     const unsigned lane = threadIdx.x % 32;
     ring_ticket t{ring_status::ok, 0, 0};
     if (lane == 0) t = ctl.try_reserve_pop(32);
+    __syncwarp(full_mask);  // memory order: lane 0 acquired the published slots; every lane reads them
     status = static_cast<ring_status>(__shfl_sync(full_mask, static_cast<int>(t.status), 0));
     const std::uint32_t count = __shfl_sync(full_mask, t.count, 0);
     const unsigned long long first = __shfl_sync(full_mask, t.first, 0);
