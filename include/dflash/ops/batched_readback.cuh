@@ -42,7 +42,13 @@ struct cuda_readback_backend {
   std::byte* allocate_device(std::size_t n) {
     void* p = nullptr;
     detail::check(cudaMalloc(&p, n), "readback: cudaMalloc");
-    detail::check(cudaMemset(p, 0, n), "readback: cudaMemset");
+    // cudaMemset is asynchronous and runs on the default stream, which a
+    // cudaStreamNonBlocking stream does not wait for: finish it here, or the
+    // zeroing could land after a producer's first write to a slot.
+    cudaError_t e = cudaMemset(p, 0, n);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
+    if (e != cudaSuccess) cudaFree(p);
+    detail::check(e, "readback: cudaMemset");
     return static_cast<std::byte*>(p);
   }
   void free_device(std::byte* p) noexcept { cudaFree(p); }
