@@ -128,22 +128,23 @@ class device_queue {
  public:
   explicit device_queue(std::size_t capacity, cudaStream_t stream = nullptr) : cap_(capacity) {
     if (capacity == 0) throw std::invalid_argument("dflash::device_queue: capacity must be at least 1 (got 0)");
-    detail::cuda_check(cudaMalloc(&header_, sizeof(ring_header)), "cudaMalloc(ring header)");
-    detail::cuda_check(cudaMalloc(&seq_, capacity * sizeof(unsigned long long)), "cudaMalloc(ring sequence words)");
-    detail::cuda_check(cudaMalloc(&data_, capacity * sizeof(T)), "cudaMalloc(ring slots)");
-    const ring_control ctl(header_, seq_, cap_);
-    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((capacity + 255) / 256, 1024));
-    detail::ring_init_kernel<> <<<blocks, 256, 0, stream>>>(ctl);
-    detail::cuda_check(cudaGetLastError(), "ring init launch");
-    detail::cuda_check(cudaStreamSynchronize(stream), "ring init");
+    try {
+      detail::cuda_check(cudaMalloc(&header_, sizeof(ring_header)), "cudaMalloc(ring header)");
+      detail::cuda_check(cudaMalloc(&seq_, capacity * sizeof(unsigned long long)), "cudaMalloc(ring sequence words)");
+      detail::cuda_check(cudaMalloc(&data_, capacity * sizeof(T)), "cudaMalloc(ring slots)");
+      const ring_control ctl(header_, seq_, cap_);
+      const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((capacity + 255) / 256, 1024));
+      detail::ring_init_kernel<> <<<blocks, 256, 0, stream>>>(ctl);
+      detail::cuda_check(cudaGetLastError(), "ring init launch");
+      detail::cuda_check(cudaStreamSynchronize(stream), "ring init");
+    } catch (...) {  // no destructor runs for a throwing constructor
+      free_all();
+      throw;
+    }
   }
   device_queue(const device_queue&) = delete;
   device_queue& operator=(const device_queue&) = delete;
-  ~device_queue() {
-    cudaFree(data_);
-    cudaFree(seq_);
-    cudaFree(header_);
-  }
+  ~device_queue() { free_all(); }
 
   [[nodiscard]] device_queue_view<T> view() const noexcept { return {ring_control(header_, seq_, cap_), data_}; }
   [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
@@ -155,6 +156,12 @@ class device_queue {
   }
 
  private:
+  void free_all() noexcept {
+    cudaFree(data_);  // cudaFree(nullptr) is a no-op
+    cudaFree(seq_);
+    cudaFree(header_);
+  }
+
   std::size_t cap_;
   ring_header* header_ = nullptr;
   unsigned long long* seq_ = nullptr;
