@@ -57,6 +57,14 @@ bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 __global__ void write_loss(float* slot, float v) { *slot = v; }
+
+/// 4 bytes but 2-byte aligned: the element path must not copy it as a 4-byte word.
+struct bf16_pair {
+  dflash::bf16 lo, hi;
+  bf16_pair() = default;
+  explicit bf16_pair(float f) : lo(f), hi(-f) {}
+};
+static_assert(sizeof(bf16_pair) == 4 && alignof(bf16_pair) == 2);
 }  // namespace
 
 TEST_CASE("gpu doc_ids == host doc_ids", "[gpu][doc_ids]") {
@@ -127,6 +135,39 @@ TEST_CASE("gpu pack/unpack == host, vectorised and element-wise paths", "[gpu][p
   check_pack<__nv_bfloat16, dflash::bf16>({5, 33, 13}, 0, 5);
   check_pack<dflash::bf16, dflash::bf16>({1, 3072, 64}, 3, 6);  // batch of 1, misaligned
   check_pack<float, float>({3, 0, 8}, 0, 7);                   // seq 0
+}
+
+TEST_CASE("gpu pack/unpack of an under-aligned 4-byte type at a 2 mod 4 address", "[gpu][pack]") {
+  stream_guard st;
+  const hidden_shape s{3, 40, 9};
+  std::mt19937 rng(8);
+  const ivec lengths = ops_test::random_lengths(rng, static_cast<std::size_t>(s.batch), s.seq);
+  std::vector<bf16_pair> padded(s.padded_elements());
+  for (auto& x : padded) x = bf16_pair(std::uniform_real_distribution<float>(-3, 3)(rng));
+  ivec cu(static_cast<std::size_t>(s.batch) + 1);
+  std::vector<bf16_pair> packed(padded.size());
+  const auto total = pack_hidden_states<bf16_pair>(padded, s, lengths, packed, cu);
+  REQUIRE(total > 0);
+  packed.resize(static_cast<std::size_t>(total) * static_cast<std::size_t>(s.hidden));
+  std::vector<bf16_pair> back(padded.size());
+  unpack_hidden_states<bf16_pair>(packed, cu, s, back);
+
+  // Buffers of bf16 (2-byte units): one unit in, the pairs sit at 2 mod 4 bytes.
+  dbuf<dflash::bf16> d_padded(2 * padded.size() + 1), d_packed(2 * padded.size() + 1), d_back(2 * padded.size() + 1);
+  auto* dp = reinterpret_cast<bf16_pair*>(d_padded.p + 1);
+  auto* dk = reinterpret_cast<bf16_pair*>(d_packed.p + 1);
+  auto* db = reinterpret_cast<bf16_pair*>(d_back.p + 1);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(dp) % 4 == 2);
+  ok(cudaMemcpy(dp, padded.data(), padded.size() * sizeof(bf16_pair), cudaMemcpyHostToDevice));
+  dbuf<std::int32_t> d_cu(cu);
+  gpu::pack_hidden_states<bf16_pair>(dp, s, d_cu.p, dk, st.s);
+  gpu::unpack_hidden_states<bf16_pair>(dk, d_cu.p, s, db, st.s);
+  ok(cudaStreamSynchronize(st.s));
+  std::vector<bf16_pair> got_packed(packed.size()), got_back(back.size());
+  ok(cudaMemcpy(got_packed.data(), dk, packed.size() * sizeof(bf16_pair), cudaMemcpyDeviceToHost));
+  ok(cudaMemcpy(got_back.data(), db, back.size() * sizeof(bf16_pair), cudaMemcpyDeviceToHost));
+  REQUIRE(same_bytes(got_packed, packed));
+  REQUIRE(same_bytes(got_back, back));
 }
 
 TEST_CASE("gpu batched read-back: one copy brings slots and staged scalars", "[gpu][readback]") {

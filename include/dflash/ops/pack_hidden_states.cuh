@@ -22,9 +22,11 @@
 namespace dflash::ops::gpu {
 
 namespace detail {
-template <std::size_t N>
+// Align = alignof(T): a word wider than T's alignment could be misaligned
+// (e.g. a 4-byte struct of two bf16 at an odd element), so such T go bytewise.
+template <std::size_t N, std::size_t Align = N>
 struct word_for {
-  using type = unsigned char;  // odd sizes: bytes
+  using type = unsigned char;  // odd sizes or under-aligned types: bytes
   static constexpr std::size_t per_element = N;
 };
 template <>
@@ -84,7 +86,7 @@ void launch_copy_rows(const T* src, T* dst, const std::int32_t* cu, const hidden
                                                                 reinterpret_cast<uint4*>(dst), cu, shape.batch,
                                                                 shape.seq, words);
   } else {
-    using wf = word_for<sizeof(T)>;
+    using wf = word_for<sizeof(T), alignof(T)>;
     using W = typename wf::type;
     const std::size_t words = static_cast<std::size_t>(shape.hidden) * wf::per_element;
     copy_rows_kernel<W, Pack><<<grid, 256, 0, stream>>>(reinterpret_cast<const W*>(src), reinterpret_cast<W*>(dst),
