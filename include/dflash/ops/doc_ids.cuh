@@ -20,16 +20,20 @@ namespace dflash::ops::gpu {
 
 namespace detail {
 // Kernels are templates so that every TU including this header may instantiate them (no ODR clash).
+// 64-bit loop indices: an int32 index + grid stride (up to 2^24) would wrap
+// negative for counts near INT32_MAX and index out of bounds.
 template <class I>
 __global__ void doc_starts_kernel(const I* lengths, const I* offsets, I n_docs, I* markers, I n_tokens) {
-  for (I d = blockIdx.x * blockDim.x + threadIdx.x; d < n_docs; d += gridDim.x * blockDim.x)
-    if (lengths[d] > 0 && offsets[d] < n_tokens) markers[offsets[d]] = d;
+  for (std::int64_t d = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; d < n_docs;
+       d += std::int64_t{gridDim.x} * blockDim.x)
+    if (lengths[d] > 0 && offsets[d] < n_tokens) markers[offsets[d]] = static_cast<I>(d);
 }
 
 template <class I>
 __global__ void doc_positions_kernel(const I* offsets, const I* doc_id, I* pos, I n_tokens) {
-  for (I t = blockIdx.x * blockDim.x + threadIdx.x; t < n_tokens; t += gridDim.x * blockDim.x)
-    pos[t] = t - offsets[doc_id[t]];
+  for (std::int64_t t = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; t < n_tokens;
+       t += std::int64_t{gridDim.x} * blockDim.x)
+    pos[t] = static_cast<I>(t) - offsets[doc_id[t]];
 }
 
 /// One layout for the size query and the run.
