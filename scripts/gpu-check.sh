@@ -4,6 +4,8 @@
 #   configure/build logs, GPU tests (ctest -L gpu), the host suite, every GPU
 #   benchmark (JSON + console), the example's GPU path for a few hundred steps,
 #   compute-sanitizer memcheck of each GPU test. Budget: under 5 minutes.
+#   Every step has a timeout (ctest's, or `timeout`): a hung kernel fails its
+#   step (FAIL:124) instead of stalling the whole run.
 #
 # usage: scripts/gpu-check.sh OUTDIR [CUDA_ARCH=90]
 set -uo pipefail
@@ -45,13 +47,13 @@ grep -E "tests passed" "$out/host-tests.log" | sed 's/^/    /' >>"$summary"
 # Every GPU benchmark: executables built by dflash_add_gpu_benchmark are named *_gpu*.
 while IFS= read -r exe; do
   name=$(basename "$exe")
-  step "benchmark $name" "bench-$name.txt" "$exe" --benchmark_min_time=0.2 \
+  step "benchmark $name" "bench-$name.txt" timeout 120 "$exe" --benchmark_min_time=0.2 \
     --benchmark_out="$out/bench-$name.json" --benchmark_out_format=json
 done < <(find "$build/benchmarks" -type f -executable -name '*gpu*' | sort)
 
 example=$build/examples/dflash_train_pipeline/dflash_train_pipeline_profiled
 if [[ -x $example ]]; then
-  step "example, GPU path, 300 steps" example-gpu.log "$example" --device cuda --steps 300 --profile-interval 5
+  step "example, GPU path, 300 steps" example-gpu.log timeout 120 "$example" --device cuda --steps 300 --profile-interval 5
   tail -n 30 "$out/example-gpu.log" | sed 's/^/    /' >>"$summary"
 else
   note "example not built: $example"
@@ -60,7 +62,7 @@ fi
 if command -v compute-sanitizer >/dev/null; then
   while IFS= read -r t; do
     exe=$(find "$build/tests" -type f -executable -name "$t" | head -n 1)
-    [[ -n $exe ]] && step "memcheck $t" "memcheck-$t.log" compute-sanitizer --tool memcheck --error-exitcode 1 "$exe"
+    [[ -n $exe ]] && step "memcheck $t" "memcheck-$t.log" timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 "$exe"
   done < <(ctest --test-dir "$build" -L gpu -N | awk '/Test +#/ {print $3}')
 else
   note "compute-sanitizer not found: memcheck skipped"
