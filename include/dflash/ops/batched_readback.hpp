@@ -143,8 +143,8 @@ class batched_readback {
     detail::require(slots > 0, op, "needs at least one slot (got 0)");
     detail::require(slots <= (std::size_t{1} << 24), op, "slots = " + std::to_string(slots) + " is too many");
     detail::require(depth > 0, op, "depth must be positive (got 0)");
+    entries_.resize(depth);  // before any allocation: if it throws, nothing leaks
     staging_ = backend_.allocate_device(bytes());
-    entries_.resize(depth);
     try {
       for (auto& e : entries_) {
         e.host = backend_.allocate_host(bytes());
