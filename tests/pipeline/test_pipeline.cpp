@@ -2,6 +2,8 @@
 #include <dflash/pipeline.hpp>
 #include <dflash/profile.hpp>
 
+#include "watchdog.hpp"
+
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -22,32 +24,6 @@ using dflash::NullProfiler;
 namespace {
 // Aborts the process with a message if a test body hangs (e.g. a deadlock in
 // shutdown): a failure must be a failure, not a CI timeout.
-class watchdog {
- public:
-  explicit watchdog(const char* what, std::chrono::seconds limit = 30s)
-      : t_([this, what, limit] {
-          std::unique_lock lk(m_);
-          if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "watchdog: '%s' did not finish within %lld s (deadlock?)\n", what,
-                         static_cast<long long>(limit.count()));
-            std::abort();
-          }
-        }) {}
-  ~watchdog() {
-    {
-      std::lock_guard lk(m_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    t_.join();
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread t_;
-};
 
 template <class Pred>
 void wait_until(Pred pred) {

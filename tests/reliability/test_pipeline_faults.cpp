@@ -11,6 +11,8 @@
 #include <dflash/pipeline.hpp>
 #include <dflash/profile.hpp>
 
+#include "watchdog.hpp"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -33,34 +35,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Aborts with the name of the case if it does not finish in time.
-class watchdog {
- public:
-  explicit watchdog(std::string what, std::chrono::seconds limit = 20s)
-      : what_(std::move(what)), t_([this, limit] {
-          std::unique_lock lk(m_);
-          if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "watchdog: '%s' did not finish within %lld s (hang?)\n", what_.c_str(),
-                         static_cast<long long>(limit.count()));
-            std::abort();
-          }
-        }) {}
-  ~watchdog() {
-    {
-      std::lock_guard lk(m_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    t_.join();
-  }
-
- private:
-  std::string what_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread t_;
-};
 
 template <class Pred>
 void wait_until(Pred pred) {
