@@ -1,0 +1,58 @@
+#pragma once
+// The DeviceBackend concept: what device links and device stages need from a
+// GPU runtime, as a policy (like ProfilerPolicy). Two models ship:
+//   cuda_backend         streams, events, cudaMallocAsync (cuda_backend.hpp)
+//   host_stream_backend  the asynchronous host twin CI runs: every stream is an
+//                        in-order executor thread, events are completion
+//                        markers, device memory is host memory
+// Pipeline code is written once against this concept, so a wait the code
+// forgets is a wrong result (and a TSan report) on the twin too, not only on a GPU.
+//
+// Semantics are CUDA's: record(e, s) captures the work enqueued on s so far;
+// wait(s, e) makes later work on s start after that captured work (the host
+// does not block); re-recording e replaces what it captured. Only
+// host_wait/synchronize block the host, and the backend counts them, so a test
+// can assert that the per-item path never does.
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+namespace dflash {
+
+/// Counters every backend keeps (for tests and diagnostics; relaxed atomics).
+struct backend_stats {
+  std::uint64_t host_waits = 0;     ///< host blocked on one event (host_wait)
+  std::uint64_t synchronizes = 0;   ///< host blocked on a whole stream (synchronize)
+  std::uint64_t records = 0;        ///< record() calls
+  std::uint64_t waits = 0;          ///< wait() calls (stream waits on event; never blocks the host)
+  std::uint64_t timing_events = 0;  ///< events created with timing enabled
+};
+
+template <class B>
+concept DeviceBackend = requires(B& b, const B& cb, typename B::stream_type s, typename B::event_type e, void* p,
+                                 const void* cp, std::size_t n) {
+  typename B::stream_type;
+  typename B::event_type;
+  { B::name } -> std::convertible_to<const char*>;
+  { b.create_stream() } -> std::same_as<typename B::stream_type>;
+  b.destroy_stream(s);
+  { b.create_event(true) } -> std::same_as<typename B::event_type>;
+  b.destroy_event(e);
+  b.record(e, s);                                     // enqueue a completion marker
+  b.wait(s, e);                                       // later work on s waits for e's marker
+  { b.query(e) } -> std::same_as<bool>;               // e's marker reached? never blocks
+  { b.elapsed(e, e) } -> std::same_as<std::chrono::nanoseconds>;  // both timing events complete
+  b.host_wait(e);                                     // blocks the host (counted)
+  b.synchronize(s);                                   // blocks the host (counted)
+  { b.allocate(n, s) } -> std::same_as<void*>;        // stream-ordered
+  b.deallocate(p, s);                                 // stream-ordered
+  b.copy(p, cp, n, s);                                // stream-ordered memcpy
+  { b.allocate_host(n) } -> std::same_as<void*>;      // host memory async copies can use (pinned)
+  b.deallocate_host(p);
+  b.check(s);                                         // throws the stream's first asynchronous error
+  { cb.stats() } -> std::same_as<backend_stats>;
+};
+
+}  // namespace dflash

@@ -1,0 +1,135 @@
+#pragma once
+// cuda_backend: the DeviceBackend of a real GPU. Only the CUDA runtime API is
+// used (no kernels), so host C++ TUs compiled by g++ or clang can include it
+// too (link CUDA::cudart); kernels stay in the stages' own .cu files.
+//
+//   stream  cudaStream_t (non-blocking: never serialised with the legacy default stream)
+//   event   cudaEvent_t, created with cudaEventDisableTiming unless timing is asked for
+//   memory  cudaMallocAsync / cudaFreeAsync: stream-ordered, no device-wide sync
+//
+// Every call checks its cudaError_t and throws std::runtime_error naming the
+// call; check(s) reports an asynchronous error (a faulting kernel) without
+// blocking, through cudaStreamQuery.
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "dflash/device/backend.hpp"
+
+namespace dflash {
+
+class cuda_backend {
+ public:
+  static constexpr const char* name = "cuda";
+  using stream_type = cudaStream_t;
+  using event_type = cudaEvent_t;
+
+  cuda_backend() = default;
+  cuda_backend(const cuda_backend&) = delete;
+  cuda_backend& operator=(const cuda_backend&) = delete;
+
+  /// Empty when a CUDA device is usable, else why not.
+  [[nodiscard]] static std::string probe() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+    if (n == 0) return "no CUDA device found";
+    return {};
+  }
+
+  [[nodiscard]] stream_type create_stream() {
+    cudaStream_t s{};
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    return s;
+  }
+  void destroy_stream(stream_type s) noexcept { (void)cudaStreamDestroy(s); }
+
+  [[nodiscard]] event_type create_event(bool timing) {
+    cudaEvent_t e{};
+    check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    if (timing) stats_.timing_events.fetch_add(1, std::memory_order_relaxed);
+    return e;
+  }
+  void destroy_event(event_type e) noexcept { (void)cudaEventDestroy(e); }
+
+  void record(event_type e, stream_type s) {
+    stats_.records.fetch_add(1, std::memory_order_relaxed);
+    check(cudaEventRecord(e, s), "cudaEventRecord");
+  }
+  void wait(stream_type s, event_type e) {
+    stats_.waits.fetch_add(1, std::memory_order_relaxed);
+    check(cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent");
+  }
+  [[nodiscard]] bool query(event_type e) const {
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return false;
+    check(r, "cudaEventQuery");
+    return true;
+  }
+  [[nodiscard]] std::chrono::nanoseconds elapsed(event_type from, event_type to) const {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, from, to), "cudaEventElapsedTime");
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6));
+  }
+  void host_wait(event_type e) {
+    stats_.host_waits.fetch_add(1, std::memory_order_relaxed);
+    check(cudaEventSynchronize(e), "cudaEventSynchronize");
+  }
+  void synchronize(stream_type s) {
+    stats_.synchronizes.fetch_add(1, std::memory_order_relaxed);
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_type s) {
+    void* p = nullptr;
+    check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, s), "cudaMallocAsync");
+    return p;
+  }
+  /// s == nullptr: now (the caller knows no work on p is in flight).
+  void deallocate(void* p, stream_type s) {
+    if (!p) return;
+    if (s == nullptr) (void)cudaFree(p);
+    else check(cudaFreeAsync(p, s), "cudaFreeAsync");
+  }
+  /// Pinned host memory: device <-> host copies from it are truly asynchronous
+  /// (from pageable memory cudaMemcpyAsync waits for the stream first).
+  [[nodiscard]] void* allocate_host(std::size_t bytes) {
+    void* p = nullptr;
+    check(cudaMallocHost(&p, bytes == 0 ? 1 : bytes), "cudaMallocHost");
+    return p;
+  }
+  void deallocate_host(void* p) noexcept { (void)cudaFreeHost(p); }
+  void copy(void* dst, const void* src, std::size_t bytes, stream_type s) {
+    if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+  }
+  void check(stream_type s) const {
+    const cudaError_t r = cudaStreamQuery(s);
+    if (r != cudaErrorNotReady) check(r, "asynchronous work on a stream");
+    check(cudaPeekAtLastError(), "kernel launch");
+  }
+
+  [[nodiscard]] backend_stats stats() const noexcept {
+    return {stats_.host_waits.load(std::memory_order_relaxed), stats_.synchronizes.load(std::memory_order_relaxed),
+            stats_.records.load(std::memory_order_relaxed), stats_.waits.load(std::memory_order_relaxed),
+            stats_.timing_events.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw std::runtime_error(std::string("dflash::cuda_backend: ") + what + ": " + cudaGetErrorString(e));
+  }
+  struct counters {
+    std::atomic<std::uint64_t> host_waits{0}, synchronizes{0}, records{0}, waits{0}, timing_events{0};
+  };
+  counters stats_;
+};
+
+static_assert(DeviceBackend<cuda_backend>);
+
+}  // namespace dflash

@@ -1,0 +1,238 @@
+#pragma once
+// device_channel: a bounded, stream-ordered channel of device-resident items
+// between two GPU stages — what a dflash::device_link is made of.
+//
+//   host thread + stream A            host thread + stream B
+//   producer ──▶ [slot k: Item (device buffers) | ready | consumed] ──▶ consumer
+//      acquire: A waits consumed_k      pop:     B waits ready_k
+//      fill on A, publish: record ready_k   use on B, release: record consumed_k
+//
+// K slots (K = depth), each owning its item and two events. Only a small
+// handle (the slot index) crosses between host threads, through two bounded
+// host queues: free slots and published slots. So
+//   * the host blocks only when all K slots are in flight (backpressure) or
+//     nothing is published — never on the device (no stream/event synchronize
+//     on the per-item path: only record and stream-wait);
+//   * close / drain / cancel, exactly-once and FIFO order of handles are the
+//     host queues'.
+// Blocked time is recorded as "<Name>.push_wait" (producer waiting for a free
+// slot) and "<Name>.pop_wait" (consumer waiting for an item), like a queue.
+//
+//   dflash::device_channel<hs_slot<B>> ch(backend, 4);
+//   auto s = ch.acquire(prod);            // prod waits until the slot's last reader finished
+//   fill(s->item(), prod);                // enqueue work on prod
+//   ch.publish(std::move(*s), prod);      // record ready; consumers may take it
+//   auto r = ch.pop(cons);                // cons waits until the producer's work finished
+//   use(r->item(), cons);
+//   ch.release(std::move(*r), cons);      // record consumed; the slot is free again
+//
+// Destruction waits for the work in flight on every slot before its memory is
+// freed (teardown, not the per-item path).
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "dflash/device/backend.hpp"
+#include "dflash/device/device_stream.hpp"
+#include "dflash/profile/fixed_string.hpp"
+#include "dflash/profile/null_profiler.hpp"
+#include "dflash/profile/profiler_policy.hpp"
+#include "dflash/queue/bounded_queue.hpp"
+#include "dflash/queue/queue_keys.hpp"
+
+namespace dflash {
+
+template <DeviceItem Item, ProfilerPolicy P = NullProfiler, fixed_string Name = "device_link">
+class device_channel {
+ public:
+  using item_type = Item;
+  using backend_type = typename Item::backend_type;
+  using stream_type = device_stream<backend_type>;
+  using keys = queue_keys<Name>;
+  static constexpr auto name = Name;
+
+ private:
+  using B = backend_type;
+  struct slot {
+    Item item{};
+    typename B::event_type ready{}, consumed{};
+  };
+
+ public:
+  /// A slot the caller may fill (from acquire) or read (from pop). Move-only;
+  /// hand it back with publish/abandon or release.
+  class slot_ref {
+   public:
+    slot_ref(slot_ref&& o) noexcept : s_(std::exchange(o.s_, nullptr)), index_(o.index_) {}
+    slot_ref& operator=(slot_ref&&) = delete;
+    [[nodiscard]] Item& item() const noexcept { return s_->item; }
+    [[nodiscard]] std::size_t index() const noexcept { return index_; }
+
+   private:
+    friend class device_channel;
+    slot_ref(slot* s, std::size_t i) noexcept : s_(s), index_(i) {}
+    slot* s_;
+    std::size_t index_;
+  };
+
+  device_channel(B& backend, std::size_t depth)
+    requires std::is_empty_v<P>
+      : device_channel(backend, depth, P{}) {}
+
+  /// `backend` and `prof` must outlive the channel.
+  device_channel(B& backend, std::size_t depth, const P& prof)
+      : b_(backend), depth_(checked(depth)), slots_(std::make_unique<slot[]>(depth)), free_(depth), ready_(depth),
+        prof_(prof) {
+    std::size_t made = 0;
+    try {
+      for (; made < depth_; ++made) {
+        slots_[made].ready = b_.create_event(false);
+        try {
+          slots_[made].consumed = b_.create_event(false);
+        } catch (...) {
+          b_.destroy_event(slots_[made].ready);
+          throw;
+        }
+        if (free_.try_push(made) != queue_status::ok) throw std::logic_error("dflash::device_channel: free list");
+      }
+    } catch (...) {
+      for (std::size_t i = 0; i < made; ++i) {
+        b_.destroy_event(slots_[i].ready);
+        b_.destroy_event(slots_[i].consumed);
+      }
+      throw;
+    }
+  }
+
+  device_channel(const device_channel&) = delete;
+  device_channel& operator=(const device_channel&) = delete;
+
+  /// Waits (host-side, teardown only) for the work in flight on every slot,
+  /// then frees the slots: no buffer is freed under running work.
+  ~device_channel() {
+    for (std::size_t i = 0; i < depth_; ++i) {
+      for (auto ev : {slots_[i].ready, slots_[i].consumed}) {
+        try {
+          b_.host_wait(ev);
+        } catch (...) {  // the error was (or will be) reported by the stage that owns the stream
+        }
+      }
+    }
+    for (std::size_t i = 0; i < depth_; ++i) {
+      b_.destroy_event(slots_[i].ready);
+      b_.destroy_event(slots_[i].consumed);
+    }
+  }
+
+  // ---- producer ----------------------------------------------------------------
+  /// A free slot for `s` to fill; blocks while all K slots are in flight.
+  /// Work enqueued on `s` after this starts only once the slot's previous
+  /// reader finished. Empty optional: the channel was cancelled.
+  [[nodiscard]] std::optional<slot_ref> acquire(const stream_type& s) {
+    std::optional<std::size_t> i;
+    if constexpr (P::enabled) {
+      auto t = prof_->scope(push_wait_key<Name>{});
+      i = free_.pop();
+    } else {
+      i = free_.pop();
+    }
+    if (!i) return std::nullopt;
+    b_.wait(s.native(), slots_[*i].consumed);
+    return slot_ref(&slots_[*i], *i);
+  }
+
+  /// Hands a filled slot to the consumers: records `ready` on `s` (after the
+  /// work that fills it). false: cancelled, the item is dropped (slot recycled).
+  bool publish(slot_ref&& r, const stream_type& s) {
+    const std::size_t i = take(r);
+    b_.record(slots_[i].ready, s.native());
+    if (ready_.try_push(i) == queue_status::ok) return true;  // never full: at most K handles exist
+    (void)free_.try_push(i);
+    return false;
+  }
+
+  /// Returns a slot that was acquired but not filled.
+  void abandon(slot_ref&& r) noexcept { (void)free_.try_push(take(r)); }
+
+  /// No more items will be published: consumers drain what is there, then pop() is empty.
+  void close() noexcept { ready_.close(); }
+
+  /// Stop now: blocked and later acquire()/pop() return empty.
+  void cancel() noexcept {
+    cancelled_.store(true, std::memory_order_release);
+    free_.close();
+    ready_.close();
+  }
+
+  // ---- consumer ----------------------------------------------------------------
+  /// The next published slot; work enqueued on `s` after this starts only once
+  /// the producer's work on it finished. Empty optional: closed and drained, or cancelled.
+  [[nodiscard]] std::optional<slot_ref> pop(const stream_type& s) {
+    std::optional<std::size_t> i;
+    if constexpr (P::enabled) {
+      auto t = prof_->scope(pop_wait_key<Name>{});
+      i = ready_.pop();
+    } else {
+      i = ready_.pop();
+    }
+    if (!i || cancelled_.load(std::memory_order_acquire)) {
+      if (i) (void)free_.try_push(*i);
+      return std::nullopt;
+    }
+    if (!drop_this_wait()) b_.wait(s.native(), slots_[*i].ready);
+    return slot_ref(&slots_[*i], *i);
+  }
+
+  /// Returns a read slot: records `consumed` on `s` (after the work that reads
+  /// it); the next producer of this slot waits for it.
+  void release(slot_ref&& r, const stream_type& s) {
+    const std::size_t i = take(r);
+    b_.record(slots_[i].consumed, s.native());
+    (void)free_.try_push(i);
+  }
+
+  [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
+  [[nodiscard]] bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
+  [[nodiscard]] B& backend() const noexcept { return b_; }
+
+  /// Test hook: the n-th pop() from now (1-based) skips its wait on `ready`,
+  /// as a stage that forgot the wait would. Tests must catch the result.
+  void drop_ready_wait_for_testing(std::uint64_t nth) noexcept {
+    drop_at_.store(pops_.load(std::memory_order_relaxed) + nth, std::memory_order_relaxed);
+  }
+
+ private:
+  static std::size_t checked(std::size_t depth) {
+    if (depth == 0)
+      throw std::invalid_argument("dflash::device_channel '" + std::string(Name.view()) +
+                                  "': depth must be at least 1 (got 0)");
+    return depth;
+  }
+  static std::size_t take(slot_ref& r) {
+    if (r.s_ == nullptr) throw std::logic_error("dflash::device_channel: slot handed back twice");
+    r.s_ = nullptr;
+    return r.index_;
+  }
+  bool drop_this_wait() noexcept {
+    const std::uint64_t n = pops_.fetch_add(1, std::memory_order_relaxed) + 1;
+    return n == drop_at_.load(std::memory_order_relaxed);
+  }
+
+  B& b_;
+  const std::size_t depth_;
+  std::unique_ptr<slot[]> slots_;
+  bounded_queue<std::size_t> free_;   // slots no one holds
+  bounded_queue<std::size_t> ready_;  // published, in publish order
+  [[no_unique_address]] profiler_ref<P> prof_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<std::uint64_t> pops_{0}, drop_at_{0};
+};
+
+}  // namespace dflash

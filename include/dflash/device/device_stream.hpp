@@ -1,0 +1,145 @@
+#pragma once
+// What a device stage works with:
+//   device_stream<B>     the stage worker's stream (pipeline-owned); enqueue work on it
+//   device_buffer<T, B>  device memory that grows stream-ordered (no host sync)
+//   host_buffer<T, B>    host memory for asynchronous copies (pinned with CUDA)
+//   device_item<B>       base of the types that cross a device_link (slot contents)
+//
+//   template <class B>
+//   struct hs_slot : dflash::device_item<B> {          // one slot of a device link
+//     std::int64_t step = 0;                           // host fields: written before publish
+//     dflash::device_buffer<float, B> hidden;          // device fields: written in stream order
+//   };
+//
+// A slot is reused: the pipeline makes the producer's stream wait until the
+// previous consumer's work on it completed, so ensure()/writes never race it.
+
+#include <concepts>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include "dflash/device/backend.hpp"
+
+namespace dflash {
+
+/// A backend and one of its streams: the argument device stages receive.
+template <DeviceBackend B>
+class device_stream {
+ public:
+  using backend_type = B;
+  using native_type = typename B::stream_type;
+
+  device_stream(B& b, native_type s) noexcept : b_(&b), s_(s) {}
+
+  [[nodiscard]] B& backend() const noexcept { return *b_; }
+  /// cudaStream_t for kernel launches (cuda_backend); the executor for the host twin.
+  [[nodiscard]] native_type native() const noexcept { return s_; }
+
+  /// Host-twin work (runs later on the stream's thread, in order).
+  template <class F>
+    requires requires(B& b, native_type s, F&& f) { b.enqueue(s, std::forward<F>(f)); }
+  void enqueue(F&& f) const {
+    b_->enqueue(s_, std::forward<F>(f));
+  }
+  /// Stream-ordered copy of `bytes` (any direction the backend supports).
+  void copy(void* dst, const void* src, std::size_t bytes) const { b_->copy(dst, src, bytes, s_); }
+
+ private:
+  B* b_;
+  native_type s_;
+};
+
+/// Device memory for n Ts. ensure(n, s) grows it in stream order: the old
+/// block is freed after the work already on s, the new one is usable by work
+/// enqueued on s after the call. Contents are not kept when it grows.
+template <class T, DeviceBackend B>
+class device_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "dflash::device_buffer<T, B>: T must be trivially copyable");
+
+ public:
+  device_buffer() = default;
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  device_buffer(device_buffer&& o) noexcept
+      : b_(std::exchange(o.b_, nullptr)), p_(std::exchange(o.p_, nullptr)), size_(std::exchange(o.size_, 0)),
+        cap_(std::exchange(o.cap_, 0)) {}
+  /// Frees at once: the owner guarantees no work on it is in flight (device
+  /// links synchronise before their slots are destroyed).
+  ~device_buffer() {
+    if (p_) b_->deallocate(p_, typename B::stream_type{});
+  }
+
+  /// Room for n elements (size() becomes n); returns data().
+  T* ensure(std::size_t n, const device_stream<B>& s) {
+    if (n > cap_ || p_ == nullptr) {
+      if (p_) s.backend().deallocate(p_, s.native());
+      p_ = nullptr;
+      cap_ = 0;
+      b_ = &s.backend();
+      p_ = static_cast<T*>(b_->allocate((n == 0 ? 1 : n) * sizeof(T), s.native()));
+      cap_ = n == 0 ? 1 : n;
+    }
+    size_ = n;
+    return p_;
+  }
+
+  [[nodiscard]] T* data() const noexcept { return p_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
+
+ private:
+  B* b_ = nullptr;
+  T* p_ = nullptr;
+  std::size_t size_ = 0, cap_ = 0;
+};
+
+/// Host memory device work can copy from / into asynchronously (pinned with
+/// cuda_backend). ensure() grows it on the host at once: call it only when no
+/// work in flight uses the buffer.
+template <class T, DeviceBackend B>
+class host_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "dflash::host_buffer<T, B>: T must be trivially copyable");
+
+ public:
+  host_buffer() = default;
+  host_buffer(const host_buffer&) = delete;
+  host_buffer& operator=(const host_buffer&) = delete;
+  ~host_buffer() {
+    if (p_) b_->deallocate_host(p_);
+  }
+  T* ensure(std::size_t n, B& b) {
+    if (n > cap_ || p_ == nullptr) {
+      if (p_) b_->deallocate_host(p_);
+      p_ = nullptr;
+      cap_ = 0;
+      b_ = &b;
+      p_ = static_cast<T*>(b.allocate_host((n == 0 ? 1 : n) * sizeof(T)));
+      cap_ = n == 0 ? 1 : n;
+    }
+    size_ = n;
+    return p_;
+  }
+  [[nodiscard]] T* data() const noexcept { return p_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  B* b_ = nullptr;
+  T* p_ = nullptr;
+  std::size_t size_ = 0, cap_ = 0;
+};
+
+/// Base of every type that crosses a device_link: names the backend whose
+/// memory the item's buffers live in.
+template <DeviceBackend B>
+struct device_item {
+  using backend_type = B;
+};
+
+/// A slot type for device links: derives from device_item<B>, default-constructible
+/// (slots are made once, empty, and grow their buffers on first use).
+template <class T>
+concept DeviceItem = requires { typename T::backend_type; } && DeviceBackend<typename T::backend_type> &&
+                     std::derived_from<T, device_item<typename T::backend_type>> && std::default_initializable<T>;
+
+}  // namespace dflash
