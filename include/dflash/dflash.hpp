@@ -6,5 +6,6 @@
 #include "dflash/profile/composite.hpp"       // needs only Hana
 #include "dflash/profile/trace_profiler.hpp"  // nvtx_profiler / cuda_event_profiler: include explicitly (CUDA headers)
 #include "dflash/queue.hpp"
+#include "dflash/device.hpp"
 #include "dflash/pipeline.hpp"
 #include "dflash/ops.hpp"

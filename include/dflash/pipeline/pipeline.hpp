@@ -36,8 +36,25 @@
 // Keys: "<stage>.wait" (blocked in pop/push), "<stage>.work" (inside the
 // stage's call), plus queue_keys<queue name>, plus each stage's own `keys`.
 // They never depend on P, so pipeline_keys_t<train_pipeline> names them all.
+//
+// GPU stages: a dflash::device_link<"name", K> may stand between two stages
+// instead of a queue_spec. Its item type is a slot (derived from
+// dflash::device_item<B>, B the backend: cuda_backend or the host twin
+// host_stream_backend) that stays on the device; each worker of a stage next
+// to a device link gets its own stream, and the pipeline does every
+// stream-wait and event-record, so no stage synchronises per item. Call shapes
+// (DS = dflash::device_stream<B>; the worker index may follow, as above):
+//   source  -> link   bool operator()(Out& slot, DS)         false = exhausted
+//   host    -> link   void operator()(In&&, Out& slot, DS)
+//   link    -> link   void operator()(In& slot, Out& slot, DS)
+//   link    -> host   Out  operator()(In& slot, DS)          Out may still be
+//                     written by the enqueued work: the next stage waits for it
+//   link    -> sink   void operator()(In& slot, DS)
+// With a stateful policy each such stage also records "<stage>.gpu": the
+// device time of its work per item, from events resolved without blocking.
 
 #include <array>
+#include <deque>
 #include <atomic>
 #include <cstddef>
 #include <exception>
@@ -56,6 +73,9 @@
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/tuple.hpp>
 
+#include "dflash/device/backend.hpp"
+#include "dflash/device/device_channel.hpp"
+#include "dflash/device/device_stream.hpp"
 #include "dflash/pipeline/stage.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/null_profiler.hpp"
@@ -96,8 +116,114 @@ struct is_queue_spec : std::false_type {};
 template <fixed_string N, std::size_t D>
 struct is_queue_spec<queue_spec<N, D>> : std::true_type {};
 
+template <class T>
+struct is_device_link : std::false_type {};
+template <fixed_string N, std::size_t D>
+struct is_device_link<device_link<N, D>> : std::true_type {};
+
 template <std::size_t I, class... T>
 using nth_t = std::tuple_element_t<I, std::tuple<T...>>;
+
+/// Pipelines without device links have no backend.
+struct no_backend {};
+
+// The item type of a device link, checked once with a message that names it.
+template <class T>
+struct device_link_item {
+  static_assert(DeviceItem<T>,
+                "dflash::Pipeline: the type crossing a device_link must be a device item: derive it from "
+                "dflash::device_item<B> (B = dflash::cuda_backend or dflash::host_stream_backend) and keep it "
+                "default-constructible (T is the stage's output_type)");
+  using backend = typename T::backend_type;
+};
+
+// A host value that device work is still writing: the next stage waits on ev.
+template <class T, class B>
+struct pending {
+  T value;
+  typename B::event_type ev;
+};
+
+// Events for pending values; an event goes back once its waiter captured it.
+template <class B>
+class event_pool {
+ public:
+  explicit event_pool(B& b) : b_(b) {}
+  event_pool(const event_pool&) = delete;
+  event_pool& operator=(const event_pool&) = delete;
+  ~event_pool() {
+    for (auto e : all_) b_.destroy_event(e);
+  }
+  typename B::event_type acquire() {
+    std::lock_guard lk(m_);
+    if (!free_.empty()) {
+      auto e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+    all_.reserve(all_.size() + 1);
+    free_.reserve(all_.size() + 1);  // release() never allocates
+    auto e = b_.create_event(false);
+    all_.push_back(e);
+    return e;
+  }
+  void release(typename B::event_type e) noexcept {
+    std::lock_guard lk(m_);
+    free_.push_back(e);
+  }
+
+ private:
+  B& b_;
+  std::mutex m_;
+  std::vector<typename B::event_type> all_, free_;
+};
+
+// Per device-stage worker, stateful policies only: a start/end event pair
+// per item, resolved when the end event has completed (never blocking).
+template <class B>
+class gpu_timer {
+ public:
+  using event = typename B::event_type;
+  explicit gpu_timer(B& b) : b_(b) {}
+  gpu_timer(const gpu_timer&) = delete;
+  gpu_timer& operator=(const gpu_timer&) = delete;
+  ~gpu_timer() {
+    for (auto& [a, z] : all_) {
+      b_.destroy_event(a);
+      b_.destroy_event(z);
+    }
+  }
+  void start(typename B::stream_type s) {
+    if (free_.empty()) {
+      all_.reserve(all_.size() + 1);
+      free_.reserve(all_.size() + 1);
+      all_.emplace_back(b_.create_event(true), b_.create_event(true));
+      free_.push_back(all_.back());
+    }
+    cur_ = free_.back();
+    free_.pop_back();
+    b_.record(cur_.first, s);
+  }
+  void stop(typename B::stream_type s) {
+    b_.record(cur_.second, s);
+    pending_.push_back(cur_);
+  }
+  /// Adds every completed measurement to `prof` under K.
+  template <class P, class K>
+  void resolve(const P& prof, K k) {
+    while (!pending_.empty() && b_.query(pending_.front().second)) {
+      prof.add(k, b_.elapsed(pending_.front().first, pending_.front().second));
+      free_.push_back(pending_.front());
+      pending_.pop_front();
+    }
+  }
+
+ private:
+  B& b_;
+  std::vector<std::pair<event, event>> all_, free_;
+  std::deque<std::pair<event, event>> pending_;
+  std::pair<event, event> cur_{};
+};
 
 // Instantiated once per adjacent pair; the error names From and To.
 template <class From, class To>
@@ -125,8 +251,8 @@ struct pipeline_shape {
 template <ProfilerPolicy P, class... Specs>
 class Pipeline {
   static_assert(sizeof...(Specs) >= 3 && sizeof...(Specs) % 2 == 1,
-                "dflash::Pipeline<P, ...>: list stages and queues alternately — stage, queue_spec<\"name\", depth>, "
-                "stage, ..., stage (at least a source, a queue and a sink)");
+                "dflash::Pipeline<P, ...>: list stages and links alternately — stage, queue_spec<\"name\", depth> "
+                "(or device_link<\"name\", depth>), stage, ..., stage (at least a source, a link and a sink)");
 
  public:
   static constexpr std::size_t stage_count = (sizeof...(Specs) + 1) / 2;
@@ -138,42 +264,147 @@ class Pipeline {
   static constexpr std::size_t workers_of = detail::stage_spec<detail::nth_t<2 * I, Specs...>>::count;
   template <std::size_t I>
   using queue_spec_type = detail::nth_t<2 * I + 1, Specs...>;
+  /// Link L (between stage L and L + 1) is a device_link.
+  template <std::size_t L>
+  static constexpr bool device_link_at = detail::is_device_link<queue_spec_type<L>>::value;
 
  private:
+  template <std::size_t I>
+  static consteval bool input_on_device() {
+    if constexpr (I == 0) return false;
+    else return device_link_at<I - 1>;
+  }
+  template <std::size_t I>
+  static consteval bool output_on_device() {
+    if constexpr (I + 1 >= stage_count) return false;
+    else return device_link_at<I>;
+  }
+  template <std::size_t L>
+  static consteval auto backend_from() {
+    if constexpr (L == queue_count) return std::type_identity<detail::no_backend>{};
+    else if constexpr (device_link_at<L>)
+      return std::type_identity<typename detail::device_link_item<typename stage_type<L>::output_type>::backend>{};
+    else return backend_from<L + 1>();
+  }
+
+ public:
+  /// Stage I is next to a device link: it gets a stream per worker.
+  template <std::size_t I>
+  static constexpr bool device_stage = input_on_device<I>() || output_on_device<I>();
+  /// The backend of the device links (detail::no_backend without any).
+  using backend_type = typename decltype(backend_from<0>())::type;
+  static constexpr bool has_device_links = !std::is_same_v<backend_type, detail::no_backend>;
+
+ private:
+  // Host link L carries values device work may still be writing (its producer is a device stage).
+  template <std::size_t L>
+  static constexpr bool pending_link = !device_link_at<L> && device_stage<L>;
+
+  template <std::size_t I>
+  static consteval bool check_stage() {
+    using S = stage_type<I>;
+    static_assert(NamedStage<S>,
+                  "dflash::Pipeline: every stage needs `static constexpr dflash::fixed_string name{...}`, "
+                  "`using input_type = ...;` and `using output_type = ...;`");
+    if constexpr (device_stage<I>) {
+      static_assert(has_device_links);
+      using DS = device_stream<backend_type>;
+      using In = typename S::input_type;
+      using Out = typename S::output_type;
+      if constexpr (I == 0) {
+        static_assert(detail::callable_maybe_indexed<S, Out&, DS>,
+                      "dflash::Pipeline: a source before a device_link must be callable as "
+                      "bool(output_type& slot, dflash::device_stream<B>) — enqueue the work that fills the slot, "
+                      "return false when exhausted");
+      } else if constexpr (I + 1 == stage_count) {
+        static_assert(detail::callable_maybe_indexed<S, In&, DS>,
+                      "dflash::Pipeline: a sink after a device_link must be callable as "
+                      "void(input_type& slot, dflash::device_stream<B>)");
+      } else if constexpr (input_on_device<I>() && output_on_device<I>()) {
+        static_assert(detail::callable_maybe_indexed<S, In&, Out&, DS>,
+                      "dflash::Pipeline: a stage between two device_links must be callable as "
+                      "void(input_type& in_slot, output_type& out_slot, dflash::device_stream<B>)");
+      } else if constexpr (input_on_device<I>()) {
+        static_assert(detail::callable_maybe_indexed<S, In&, DS>,
+                      "dflash::Pipeline: a stage after a device_link (and before a queue_spec) must be callable as "
+                      "output_type(input_type& slot, dflash::device_stream<B>)");
+      } else {
+        static_assert(detail::callable_maybe_indexed<S, In&&, Out&, DS>,
+                      "dflash::Pipeline: a stage before a device_link must be callable as "
+                      "void(input_type&&, output_type& slot, dflash::device_stream<B>) — a host-only stage cannot "
+                      "feed a device_link");
+      }
+    } else if constexpr (I == 0) {
+      static_assert(SourceStage<S>,
+                    "dflash::Pipeline: the first stage must be a source: input_type = void, "
+                    "std::optional<output_type> operator()()");
+    } else if constexpr (I + 1 == stage_count) {
+      static_assert(SinkStage<S>,
+                    "dflash::Pipeline: the last stage must be a sink: output_type = void, void operator()(input_type&&)");
+    } else {
+      static_assert(TransformStage<S>,
+                    "dflash::Pipeline: a middle stage must be a transform: output_type operator()(input_type&&)");
+    }
+    return true;
+  }
+
   template <std::size_t... I>
   static consteval bool check_specs(std::index_sequence<I...>) {
-    static_assert((detail::is_queue_spec<queue_spec_type<I>>::value && ...),
-                  "dflash::Pipeline: every second entry must be a dflash::queue_spec<\"name\", depth>");
-    static_assert(SourceStage<stage_type<0>>,
-                  "dflash::Pipeline: the first stage must be a source: input_type = void, "
-                  "std::optional<output_type> operator()()");
-    static_assert(SinkStage<stage_type<stage_count - 1>>,
-                  "dflash::Pipeline: the last stage must be a sink: output_type = void, void operator()(input_type&&)");
-    static_assert(((I + 1 == queue_count || TransformStage<stage_type<I + 1>>) && ...),
-                  "dflash::Pipeline: a middle stage must be a transform: output_type operator()(input_type&&)");
-    return (detail::link_check<stage_type<I>, stage_type<I + 1>>::value && ...);
+    static_assert(((detail::is_queue_spec<queue_spec_type<I>>::value || device_link_at<I>) && ...),
+                  "dflash::Pipeline: every second entry must be a dflash::queue_spec<\"name\", depth> or a "
+                  "dflash::device_link<\"name\", depth>");
+    return (check_stage<I>() && ...) && check_stage<stage_count - 1>() &&
+           (detail::link_check<stage_type<I>, stage_type<I + 1>>::value && ...);
   }
   static_assert(check_specs(std::make_index_sequence<queue_count>{}));
 
+  template <std::size_t I>
+  static auto keys_of_stage() {
+    if constexpr (device_stage<I>)
+      return std::type_identity<key_set_cat_t<stage_keys_t<stage_type<I>>, key_set<name_cat<stage_type<I>::name, ".gpu">>>>{};
+    else return std::type_identity<stage_keys_t<stage_type<I>>>{};
+  }
+  template <std::size_t I>
+  using stage_all_keys = typename decltype(keys_of_stage<I>())::type;
+
   template <std::size_t... I>
   static auto keys_of(std::index_sequence<I...>)
-      -> key_set_cat_t<stage_keys_t<stage_type<0>>,
-                       key_set_cat_t<queue_keys<queue_spec_type<I>::name>, stage_keys_t<stage_type<I + 1>>>...>;
+      -> key_set_cat_t<stage_all_keys<0>, key_set_cat_t<queue_keys<queue_spec_type<I>::name>, stage_all_keys<I + 1>>...>;
   template <std::size_t... I>
   static auto stages_of(std::index_sequence<I...>) -> boost::hana::tuple<stage_type<I>...>;
+
+  template <std::size_t L>
+  static auto link_of() {
+    using T = typename stage_type<L>::output_type;
+    constexpr auto N = queue_spec_type<L>::name;
+    if constexpr (device_link_at<L>) return std::type_identity<device_channel<T, P, N>>{};
+    else if constexpr (pending_link<L>) return std::type_identity<bounded_queue<detail::pending<T, backend_type>, P, N>>{};
+    else return std::type_identity<bounded_queue<T, P, N>>{};
+  }
 
  public:
   /// Every key this pipeline (and its stages' own keys) records; independent of P.
   using keys = decltype(keys_of(std::make_index_sequence<queue_count>{}));
 
+  /// Link I: a bounded_queue, or a device_channel for a device_link.
   template <std::size_t I>
-  using queue_type = bounded_queue<typename stage_type<I>::output_type, P, queue_spec_type<I>::name>;
+  using queue_type = typename decltype(link_of<I>())::type;
 
  private:
   template <std::size_t... I>
   static auto queues_of(std::index_sequence<I...>) -> boost::hana::tuple<std::unique_ptr<queue_type<I>>...>;
   using stages_tuple = decltype(stages_of(std::make_index_sequence<stage_count>{}));
   using queues_tuple = decltype(queues_of(std::make_index_sequence<queue_count>{}));
+
+  // Device state: owned only by pipelines with device links.
+  struct device_state_none {};
+  struct device_state_some {
+    using B = backend_type;
+    B backend;
+    std::array<std::vector<typename B::stream_type>, stage_count> streams{};
+    std::array<std::unique_ptr<detail::event_pool<B>>, queue_count> pools{};
+  };
+  using device_state = std::conditional_t<has_device_links, device_state_some, device_state_none>;
 
  public:
   /// Stages in order (or none, to default-construct them all). `prof` must outlive the pipeline.
@@ -216,10 +447,12 @@ class Pipeline {
 
   /// Cancels and joins if still running; an unobserved stage exception is dropped.
   ~Pipeline() {
-    if (threads_.empty()) return;
-    cancel();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
+    if (!threads_.empty()) {
+      cancel();
+      for (auto& t : threads_)
+        if (t.joinable()) t.join();
+    }
+    destroy_streams();  // each worker already waited for its stream's work
   }
 
   /// Starts every stage's threads and returns. Once per pipeline.
@@ -228,6 +461,7 @@ class Pipeline {
     started_ = true;
     threads_.reserve(total_workers());
     try {
+      make_streams();
       launch(std::make_index_sequence<stage_count>{});
     } catch (...) {
       cancel();
@@ -269,11 +503,44 @@ class Pipeline {
     return boost::hana::at_c<I>(stages_);
   }
   [[nodiscard]] const P& profiler() const noexcept { return prof_.get(); }
+  /// The device backend the device links and device stages use (device pipelines only).
+  [[nodiscard]] auto& backend() noexcept
+    requires has_device_links
+  {
+    return dev_.backend;
+  }
 
  private:
   template <std::size_t... I>
   void make_queues(std::index_sequence<I...>) {
-    ((boost::hana::at_c<I>(queues_) = std::make_unique<queue_type<I>>(shape_.depths[I], prof_.get())), ...);
+    (make_queue<I>(), ...);
+  }
+  template <std::size_t I>
+  void make_queue() {
+    if constexpr (device_link_at<I>)
+      boost::hana::at_c<I>(queues_) = std::make_unique<queue_type<I>>(dev_.backend, shape_.depths[I], prof_.get());
+    else boost::hana::at_c<I>(queues_) = std::make_unique<queue_type<I>>(shape_.depths[I], prof_.get());
+    if constexpr (pending_link<I>) dev_.pools[I] = std::make_unique<detail::event_pool<backend_type>>(dev_.backend);
+  }
+  // One stream per worker of each device stage, made by run(), destroyed by ~Pipeline.
+  void make_streams() {
+    if constexpr (has_device_links) {
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (([&] {
+           if constexpr (device_stage<I>)
+             for (std::size_t w = 0; w < shape_.workers[I]; ++w) dev_.streams[I].push_back(dev_.backend.create_stream());
+         }()),
+         ...);
+      }(std::make_index_sequence<stage_count>{});
+    }
+  }
+  void destroy_streams() noexcept {
+    if constexpr (has_device_links) {
+      for (auto& v : dev_.streams) {
+        for (auto st : v) dev_.backend.destroy_stream(st);
+        v.clear();
+      }
+    }
   }
   static shape_type checked(const shape_type& s) {
     for (std::size_t i = 0; i < stage_count; ++i)
@@ -299,12 +566,12 @@ class Pipeline {
     for (std::size_t w = 0; w < shape_.workers[I]; ++w) threads_.emplace_back([this, w] { worker<I>(w); });
   }
 
-  void close_all() noexcept {
-    boost::hana::for_each(queues_, [](auto& q) { q->close(); });
-  }
   void cancel() noexcept {
     cancelled_.store(true, std::memory_order_release);
-    close_all();
+    boost::hana::for_each(queues_, [](auto& q) {
+      if constexpr (requires { q->cancel(); }) q->cancel();  // device link: wake producers and consumers
+      else q->close();
+    });
   }
   void fail(std::exception_ptr e) noexcept {
     {
@@ -316,6 +583,33 @@ class Pipeline {
 
   template <std::size_t I>
   void worker(std::size_t w) noexcept {
+    if constexpr (device_stage<I>) device_worker<I>(w);
+    else host_worker<I>(w);
+    // The last worker of a stage closes its output: downstream drains and ends.
+    if (live_[I].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if constexpr (I < queue_count) queue<I>().close();
+    }
+  }
+
+  // Pops the next input of host stage I; a value device work was writing is
+  // waited for here, on this (the consumer's) thread.
+  template <std::size_t I>
+  auto pop_host_input() {
+    auto got = queue<I - 1>().pop();
+    if constexpr (pending_link<I - 1>) {
+      std::optional<typename stage_type<I>::input_type> v;
+      if (!got) return v;
+      dev_.backend.host_wait(got->ev);  // rethrows an error of the work that wrote it
+      dev_.pools[I - 1]->release(got->ev);
+      v.emplace(std::move(got->value));
+      return v;
+    } else {
+      return got;
+    }
+  }
+
+  template <std::size_t I>
+  void host_worker(std::size_t w) noexcept {
     using S = stage_type<I>;
     using wait_key = stage_wait_key<S::name>;
     using work_key = stage_work_key<S::name>;
@@ -335,12 +629,11 @@ class Pipeline {
           if (!ok) break;
         }
       } else {
-        auto& in = queue<I - 1>();
         for (;;) {
           std::optional<typename S::input_type> item;
           {
             auto t = prof.scope(wait_key{});
-            item = in.pop();
+            item = pop_host_input<I>();
           }
           if (!item || cancelled()) break;
           if constexpr (I + 1 < stage_count) {
@@ -362,13 +655,131 @@ class Pipeline {
     } catch (...) {
       fail(std::current_exception());
     }
-    // The last worker of a stage closes its output: downstream drains and ends.
-    if (live_[I].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      if constexpr (I < queue_count) queue<I>().close();
+  }
+
+  // A stage next to a device link: everything it does to items is enqueued on
+  // its worker's stream; the pipeline adds the stream-waits and records around
+  // the call. The host never waits for the device here, except once at exit
+  // (in-flight work completes before the worker reports done).
+  template <std::size_t I>
+  void device_worker(std::size_t w) noexcept {
+    if constexpr (has_device_links) {
+      using S = stage_type<I>;
+      using B = backend_type;
+      using wait_key = stage_wait_key<S::name>;
+      using work_key = stage_work_key<S::name>;
+      using gpu_key = stage_gpu_key<S::name>;
+      S& s = boost::hana::at_c<I>(stages_);
+      const P& prof = prof_.get();
+      B& b = dev_.backend;
+      const auto native = dev_.streams[I][w];
+      const device_stream<B> ds(b, native);
+      std::optional<detail::gpu_timer<B>> timer;
+      using unsent_value = std::conditional_t<std::is_void_v<typename S::output_type>, char, typename S::output_type>;
+      [[maybe_unused]] std::optional<unsent_value> unsent;
+      try {
+        if constexpr (P::enabled) timer.emplace(b);
+        for (;;) {
+          if constexpr (I == 0) {
+            if (cancelled() || draining_.load(std::memory_order_acquire)) break;
+          }
+          // 1. the input: a slot (the stream waits for its producer), a value
+          //    device work may still be writing (the stream waits for it), or a host value
+          [[maybe_unused]] auto in = [&] {
+            auto t = prof.scope(wait_key{});
+            if constexpr (I == 0) return true;
+            else if constexpr (input_on_device<I>()) return queue<I - 1>().pop(ds);
+            else if constexpr (pending_link<I - 1>) {
+              auto got = queue<I - 1>().pop();
+              std::optional<typename S::input_type> v;
+              if (got) {
+                b.wait(native, got->ev);
+                dev_.pools[I - 1]->release(got->ev);
+                v.emplace(std::move(got->value));
+              }
+              return v;
+            } else {
+              return queue<I - 1>().pop();
+            }
+          }();
+          if constexpr (I > 0) {
+            if (!in || cancelled()) break;
+          }
+          // 2. the output slot (blocks while the link's K slots are in flight)
+          [[maybe_unused]] auto out = [&] {
+            if constexpr (output_on_device<I>()) {
+              auto t = prof.scope(wait_key{});
+              return queue<I>().acquire(ds);
+            } else {
+              return true;
+            }
+          }();
+          if constexpr (output_on_device<I>()) {
+            if (!out) break;
+          }
+          // 3. the call: enqueues the work
+          if constexpr (P::enabled) timer->start(native);
+          auto call = [&]() -> decltype(auto) {
+            auto t = prof.scope(work_key{});
+            if constexpr (I == 0) return detail::call_stage(s, w, out->item(), ds);
+            else if constexpr (input_on_device<I>() && output_on_device<I>())
+              return detail::call_stage(s, w, in->item(), out->item(), ds);
+            else if constexpr (input_on_device<I>()) return detail::call_stage(s, w, in->item(), ds);
+            else return detail::call_stage(s, w, std::move(*in), out->item(), ds);
+          };
+          bool more = true;
+          using out_value = std::conditional_t<std::is_void_v<typename S::output_type>, char, typename S::output_type>;
+          [[maybe_unused]] std::optional<out_value> y;
+          if constexpr (I == 0) more = static_cast<bool>(call());
+          else if constexpr (!output_on_device<I>() && I + 1 < stage_count) y.emplace(call());
+          else call();
+          if constexpr (P::enabled) timer->stop(native);
+          // 4. hand over: record on our stream after the work
+          if constexpr (input_on_device<I>()) queue<I - 1>().release(std::move(*in), ds);
+          if constexpr (output_on_device<I>()) {
+            if (!more) {
+              queue<I>().abandon(std::move(*out));
+              break;
+            }
+            if (!queue<I>().publish(std::move(*out), ds)) break;
+          } else if constexpr (I + 1 < stage_count) {
+            const auto ev = dev_.pools[I]->acquire();
+            b.record(ev, native);
+            detail::pending<typename S::output_type, B> pend{std::move(*y), ev};
+            bool ok;
+            {
+              auto t = prof.scope(wait_key{});
+              ok = queue<I>().push(std::move(pend));  // false: closed, pend left intact
+            }
+            if (!ok) {
+              unsent.emplace(std::move(pend.value));  // work may still write it: freed after the sync below
+              break;
+            }
+          }
+          b.check(native);  // an asynchronous error so far: stop now, not at the end
+          if constexpr (P::enabled) timer->resolve(prof, gpu_key{});
+        }
+      } catch (const pipeline_stop&) {
+        cancel();
+      } catch (...) {
+        fail(std::current_exception());
+      }
+      // In-flight work completes before this worker counts as done (and so
+      // before any slot can be freed); its errors are the pipeline's too.
+      try {
+        b.synchronize(native);
+        if constexpr (P::enabled)
+          if (timer) timer->resolve(prof, gpu_key{});
+      } catch (...) {
+        fail(std::current_exception());
+      }
+    } else {
+      (void)w;
     }
   }
 
   [[no_unique_address]] profiler_ref<P> prof_;
+  [[no_unique_address]] device_state dev_;  // first: stages and device links may hold its events and memory
   stages_tuple stages_;
   shape_type shape_;
   queues_tuple queues_;

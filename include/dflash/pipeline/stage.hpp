@@ -81,7 +81,9 @@ template <class S>
 concept Stage = SourceStage<S> || TransformStage<S> || SinkStage<S>;
 
 /// Run stage S on N threads: `dflash::workers<target_forward<P>, 4>`.
-template <Stage S, std::size_t N>
+/// (Device stages — next to a device_link — have other call shapes, so only
+/// the name and types are checked here; the Pipeline checks the call.)
+template <NamedStage S, std::size_t N>
 struct workers {
   static_assert(N > 0, "dflash::workers<S, N>: a stage needs at least one worker (N > 0)");
   using stage = S;
@@ -96,24 +98,37 @@ struct queue_spec {
   static constexpr std::size_t depth = Depth;
 };
 
+/// A device link between two GPU stages: `dflash::device_link<"hs_device", 4>`.
+/// Depth slots of device-resident items (a dflash::device_item) move between
+/// the stages' streams in stream order; see device/device_channel.hpp.
+template <fixed_string Name, std::size_t Depth>
+struct device_link {
+  static_assert(Depth > 0, "dflash::device_link<Name, Depth>: Depth must be at least 1");
+  static constexpr auto name = Name;
+  static constexpr std::size_t depth = Depth;
+};
+
 /// Keys a stage named Name gets from the pipeline: blocked on its queues vs in its call.
 template <fixed_string Name>
 using stage_wait_key = key_t<name_cat<Name, ".wait">>;
 template <fixed_string Name>
 using stage_work_key = key_t<name_cat<Name, ".work">>;
+/// Device time of a device stage's work per item (from the events it records).
+template <fixed_string Name>
+using stage_gpu_key = key_t<name_cat<Name, ".gpu">>;
 
 /// All keys of stage S: "<name>.wait", "<name>.work", then S::keys if it has any.
-template <Stage S>
+template <NamedStage S>
 struct stage_keys {
   using type = key_set<name_cat<S::name, ".wait">, name_cat<S::name, ".work">>;
 };
-template <Stage S>
+template <NamedStage S>
   requires requires { typename S::keys; }
 struct stage_keys<S> {
   static_assert(is_key_set<typename S::keys>::value, "dflash: a stage's `keys` member must be a dflash::key_set<...>");
   using type = key_set_cat_t<key_set<name_cat<S::name, ".wait">, name_cat<S::name, ".work">>, typename S::keys>;
 };
-template <Stage S>
+template <NamedStage S>
 using stage_keys_t = typename stage_keys<S>::type;
 
 }  // namespace dflash
