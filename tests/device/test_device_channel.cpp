@@ -45,6 +45,8 @@ struct harness {
   std::mutex m;
   std::vector<std::vector<delivered>> per_consumer;
   bool relaxed = false;  // atomic accesses (for the dropped-wait test, which races on purpose)
+  int slow_ms = 2;       // every 7th producer work sleeps this long first
+  std::atomic<bool> acquire_failed{false};
 
   harness(std::size_t depth, std::size_t consumers) : ch(backend, depth), per_consumer(consumers) {}
 
@@ -53,14 +55,18 @@ struct harness {
     const DS s(backend, st);
     for (int q = 0; q < n; ++q) {
       auto r = ch.acquire(s);
-      REQUIRE(r);
+      if (!r) {  // Catch assertions stay on the main thread (not thread-safe)
+        acquire_failed = true;
+        break;
+      }
       slot& it = r->item();
       it.producer = id;
       it.seq = q;
       int* d = it.data.ensure(words, s);
       const bool slow = q % 7 == 0, atomics = relaxed;
-      s.enqueue([d, id, q, slow, atomics] {
-        if (slow) std::this_thread::sleep_for(2ms);  // the consumer must wait for this
+      const int ms = slow_ms;
+      s.enqueue([d, id, q, slow, atomics, ms] {
+        if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // the consumer must wait for this
         for (std::size_t i = 0; i < words; ++i) {
           if (atomics) std::atomic_ref<int>(d[i]).store(pattern(id, q, i), std::memory_order_relaxed);
           else d[i] = pattern(id, q, i);
@@ -115,6 +121,7 @@ TEST_CASE("device_channel: exactly once, intact, in order per producer, 1-8 work
       harness h(depth, static_cast<std::size_t>(consumers));
       constexpr int n = 40;
       h.run(producers, n);
+      REQUIRE_FALSE(h.acquire_failed.load());
       std::map<std::pair<int, int>, int> count;
       for (const auto& v : h.per_consumer) {
         std::map<int, int> last;  // per producer: seqs reach each consumer in increasing order
@@ -239,6 +246,7 @@ TEST_CASE("device_channel: a dropped wait on `ready` is caught as wrong data", "
   // ...and with the wait of item 7 (a slow one) dropped, the consumer reads it before it is written.
   harness h(2, 1);
   h.relaxed = true;  // atomics: the race is the point here, not a TSan report
+  h.slow_ms = 50;    // long enough that the consumer gets there first, even under TSan
   h.ch.drop_ready_wait_for_testing(8);  // the 8th pop = seq 7, whose producer sleeps first
   h.run(1, 14);
   int broken = 0;

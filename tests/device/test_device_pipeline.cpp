@@ -43,6 +43,7 @@ struct options {
   bool relaxed = false;         // atomic accesses: for the test that drops a wait on purpose
   int throw_at = -1;            // enqueued work of this value throws
   int slow_every = 5;           // every k-th item's producer work sleeps first
+  int slow_ms = 1;
   std::atomic<int>* started = nullptr;
   std::atomic<int>* finished = nullptr;
 };
@@ -70,12 +71,13 @@ struct fill {  // host -> device link
     out.producer = w;
     int* d = out.data.ensure(words, s);
     const bool slow = o->slow_every > 0 && x % o->slow_every == 0, relaxed = o->relaxed, boom = x == o->throw_at;
+    const auto pause = std::chrono::milliseconds(o->slow_ms);
     auto* started = o->started;
     auto* finished = o->finished;
     if (started) started->fetch_add(1);
     s.enqueue([=] {
       if (boom) throw std::runtime_error("enqueued work failed at item " + std::to_string(x));
-      if (slow) std::this_thread::sleep_for(1ms);
+      if (slow) std::this_thread::sleep_for(pause);
       for (std::size_t i = 0; i < words; ++i) {
         if (relaxed) std::atomic_ref<int>(d[i]).store(pattern(x, i), std::memory_order_relaxed);
         else d[i] = pattern(x, i);
@@ -303,7 +305,8 @@ TEST_CASE("a dropped wait inside the pipeline is caught as wrong data", "[device
   watchdog wd("device dropped wait");
   options o;
   o.relaxed = true;   // the race is deliberate: atomics keep TSan quiet, the data shows it
-  o.slow_every = 10;  // item 10's producer work sleeps 1 ms
+  o.slow_every = 10;  // item 10's producer work sleeps first...
+  o.slow_ms = 50;     // ...long enough that the consumer gets there first, even under TSan
   auto shape = twin_pipeline<NullProfiler>::default_shape();
   shape.workers[1] = 1;
   shape.workers[2] = 1;

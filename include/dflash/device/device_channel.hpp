@@ -118,12 +118,8 @@ class device_channel {
   /// then frees the slots: no buffer is freed under running work.
   ~device_channel() {
     for (std::size_t i = 0; i < depth_; ++i) {
-      for (auto ev : {slots_[i].ready, slots_[i].consumed}) {
-        try {
-          b_.host_wait(ev);
-        } catch (...) {  // the error was (or will be) reported by the stage that owns the stream
-        }
-      }
+      quiet_wait(slots_[i].ready);
+      quiet_wait(slots_[i].consumed);
     }
     for (std::size_t i = 0; i < depth_; ++i) {
       b_.destroy_event(slots_[i].ready);
@@ -219,6 +215,12 @@ class device_channel {
     if (r.s_ == nullptr) throw std::logic_error("dflash::device_channel: slot handed back twice");
     r.s_ = nullptr;
     return r.index_;
+  }
+  void quiet_wait(typename B::event_type e) noexcept {
+    try {
+      b_.host_wait(e);
+    } catch (...) {  // the error was (or will be) reported by the stage that owns the stream
+    }
   }
   bool drop_this_wait() noexcept {
     const std::uint64_t n = pops_.fetch_add(1, std::memory_order_relaxed) + 1;
