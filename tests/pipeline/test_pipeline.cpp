@@ -18,6 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 using namespace std::chrono_literals;
 using dflash::NullProfiler;
 
@@ -312,4 +315,65 @@ TEST_CASE("run() twice is an error; destroying a running pipeline cancels it", "
 TEST_CASE("NullProfiler pipelines and queues hold no profiler state", "[pipeline][keys]") {
   using accumulating = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<ordered_pipeline>>;
   STATIC_REQUIRE(sizeof(ordered_pipeline<accumulating>) == sizeof(ordered_pipeline<NullProfiler>) + sizeof(void*));
+}
+
+namespace {
+// Captures what the process writes to stderr while `f` runs.
+template <class F>
+std::string stderr_of(F&& f) {
+  std::fflush(stderr);
+  char path[] = "/tmp/dflash_stderr_XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  const int saved = dup(2);
+  dup2(fd, 2);
+  f();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::string text;
+  char buf[512];
+  lseek(fd, 0, SEEK_SET);
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  unlink(path);
+  return text;
+}
+}  // namespace
+
+TEST_CASE("run_to_completion() runs and joins in one blocking call", "[pipeline]") {
+  watchdog wd("run_to_completion");
+  std::vector<long long> got;
+  ordered_pipeline<NullProfiler> p(counter_source<NullProfiler>{300}, square<NullProfiler>{},
+                                   collect<NullProfiler>{&got});
+  p.run_to_completion();
+  REQUIRE(got.size() == 300);
+  CHECK(got.back() == 299LL * 299);
+}
+
+TEST_CASE("a running pipeline destroyed without join() or stop() says so; stop() first is silent",
+          "[pipeline][stop]") {
+  watchdog wd("forgotten join");
+  std::atomic<int> consumed{0};
+  const std::string forgot = stderr_of([&] {
+    slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1}, square<NullProfiler>{},
+                                  slow_sink<NullProfiler>{&consumed});
+    p.run();
+  });
+  CHECK_THAT(forgot, Catch::Contains("destroyed while running without join() or stop()"));
+  const std::string deliberate = stderr_of([&] {
+    slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1}, square<NullProfiler>{},
+                                  slow_sink<NullProfiler>{&consumed});
+    p.run();
+    p.stop();
+  });
+  CHECK(deliberate.empty());
+  const std::string joined = stderr_of([&] {
+    std::vector<long long> got;
+    ordered_pipeline<NullProfiler> p(counter_source<NullProfiler>{10}, square<NullProfiler>{},
+                                     collect<NullProfiler>{&got});
+    p.run();
+    p.join();
+  });
+  CHECK(joined.empty());
 }

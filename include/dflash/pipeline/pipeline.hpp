@@ -16,6 +16,9 @@
 //                              postprocess<profiler>{...}, drafter_train<profiler>{...});
 //   p.run();     // starts every thread, returns at once
 //   p.join();    // waits; rethrows the first exception a stage threw
+//   (or p.run_to_completion(): both in one blocking call)
+// Items reorder across the workers of a parallel stage (workers<S, N>, N > 1):
+// a later stage sees them in completion order, not source order.
 //   std::cout << prof.summary();   // <stage>.wait/.work, <queue>.push_wait/.pop_wait
 //
 // Runtime sizes (e.g. from a CLI): pass a shape after the profiler; the
@@ -56,6 +59,7 @@
 #include <array>
 #include <deque>
 #include <atomic>
+#include <cstdio>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -111,15 +115,12 @@ struct stage_spec<workers<S, N>> {
   static constexpr std::size_t count = workers<S, N>::count;
 };
 
+// By member, not by partial specialisation: nvcc 13 cannot deduce fixed_string NTTPs.
 template <class T>
-struct is_queue_spec : std::false_type {};
-template <fixed_string N, std::size_t D>
-struct is_queue_spec<queue_spec<N, D>> : std::true_type {};
+struct is_queue_spec : std::bool_constant<requires { requires T::dflash_link_kind == 1; }> {};
 
 template <class T>
-struct is_device_link : std::false_type {};
-template <fixed_string N, std::size_t D>
-struct is_device_link<device_link<N, D>> : std::true_type {};
+struct is_device_link : std::bool_constant<requires { requires T::dflash_link_kind == 2; }> {};
 
 template <std::size_t I, class... T>
 using nth_t = std::tuple_element_t<I, std::tuple<T...>>;
@@ -303,10 +304,18 @@ class Pipeline {
   template <std::size_t I>
   static consteval bool check_stage() {
     using S = stage_type<I>;
-    static_assert(NamedStage<S>,
-                  "dflash::Pipeline: every stage needs `static constexpr dflash::fixed_string name{...}`, "
-                  "`using input_type = ...;` and `using output_type = ...;`");
-    if constexpr (device_stage<I>) {
+    static_assert(requires { S::name; },
+                  "dflash::Pipeline: a stage has no `name`: add `static constexpr dflash::fixed_string "
+                  "name{\"my_stage\"};` (its keys are my_stage.wait / my_stage.work)");
+    static_assert(requires { typename S::input_type; },
+                  "dflash::Pipeline: a stage has no `input_type`: add `using input_type = ...;` (void for a source)");
+    static_assert(requires { typename S::output_type; },
+                  "dflash::Pipeline: a stage has no `output_type`: add `using output_type = ...;` (void for a sink)");
+    static_assert(!requires { S::name; } || NamedStage<S>,
+                  "dflash::Pipeline: a stage's `name` must be a `static constexpr dflash::fixed_string`");
+    if constexpr (!NamedStage<S>) {
+      return false;  // reported above
+    } else if constexpr (device_stage<I>) {
       static_assert(has_device_links);
       using DS = device_stream<backend_type>;
       using In = typename S::input_type;
@@ -445,9 +454,16 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  /// Cancels and joins if still running; an unobserved stage exception is dropped.
+  /// Cancels and joins if still running; an unobserved stage exception is
+  /// dropped. Destroying a started pipeline that was neither joined nor
+  /// stopped is almost always a forgotten join(): it says so on stderr (the
+  /// items still in flight never reach the sink).
   ~Pipeline() {
     if (!threads_.empty()) {
+      if (!stop_requested_.load(std::memory_order_acquire) && !cancelled())
+        std::fputs("dflash::Pipeline: destroyed while running without join() or stop(); cancelling it. "
+                   "Call join() (or run_to_completion()) to let it finish, or stop() to cancel on purpose.\n",
+                   stderr);
       cancel();
       for (auto& t : threads_)
         if (t.joinable()) t.join();
@@ -472,6 +488,13 @@ class Pipeline {
     }
   }
 
+  /// run() then join(): blocks until the source is exhausted and every item
+  /// reached the sink (or a stage threw: rethrown here).
+  void run_to_completion() {
+    run();
+    join();
+  }
+
   /// Waits for every thread; rethrows the first exception a stage threw.
   /// Call from one thread.
   void join() {
@@ -488,6 +511,7 @@ class Pipeline {
 
   /// Thread-safe, non-blocking; follow with join().
   void stop(stop_mode mode = stop_mode::cancel) noexcept {
+    stop_requested_.store(true, std::memory_order_release);
     if (mode == stop_mode::drain) draining_.store(true, std::memory_order_release);
     else cancel();
   }
@@ -787,6 +811,7 @@ class Pipeline {
   std::vector<std::thread> threads_;
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> stop_requested_{false};
   bool started_ = false;
   std::mutex err_m_;
   std::exception_ptr error_;

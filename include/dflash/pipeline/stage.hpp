@@ -81,9 +81,9 @@ template <class S>
 concept Stage = SourceStage<S> || TransformStage<S> || SinkStage<S>;
 
 /// Run stage S on N threads: `dflash::workers<target_forward<P>, 4>`.
-/// (Device stages — next to a device_link — have other call shapes, so only
-/// the name and types are checked here; the Pipeline checks the call.)
-template <NamedStage S, std::size_t N>
+/// (The Pipeline checks S: its name and types, and its call shape, which
+/// depends on the links next to it.)
+template <class S, std::size_t N>
 struct workers {
   static_assert(N > 0, "dflash::workers<S, N>: a stage needs at least one worker (N > 0)");
   using stage = S;
@@ -96,6 +96,7 @@ struct queue_spec {
   static_assert(Depth > 0, "dflash::queue_spec<Name, Depth>: Depth must be at least 1");
   static constexpr auto name = Name;
   static constexpr std::size_t depth = Depth;
+  static constexpr int dflash_link_kind = 1;  // detected by members: nvcc cannot deduce fixed_string NTTPs
 };
 
 /// A device link between two GPU stages: `dflash::device_link<"hs_device", 4>`.
@@ -106,6 +107,7 @@ struct device_link {
   static_assert(Depth > 0, "dflash::device_link<Name, Depth>: Depth must be at least 1");
   static constexpr auto name = Name;
   static constexpr std::size_t depth = Depth;
+  static constexpr int dflash_link_kind = 2;
 };
 
 /// Keys a stage named Name gets from the pipeline: blocked on its queues vs in its call.

@@ -1,0 +1,18 @@
+# Compiles SRC; MEMBER=control must compile, otherwise the first "error:" line
+# must say the stage has no <member> (name / input_type / output_type).
+execute_process(COMMAND ${CXX} ${ARGS} ${SRC} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(MEMBER STREQUAL "control")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the control must compile:\n${err}")
+  endif()
+  return()
+endif()
+if(rc EQUAL 0)
+  message(FATAL_ERROR "compiled although the stage has no ${MEMBER}")
+endif()
+string(TOLOWER "${MEMBER}" want)
+string(REGEX MATCH "error: [^\n]*" first "${err}")
+if(NOT first MATCHES "a stage has no `${want}`")
+  message(FATAL_ERROR "the first error does not name the missing member '${want}':\n${first}")
+endif()
+message(STATUS "first error: ${first}")
