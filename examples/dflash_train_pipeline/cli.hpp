@@ -53,7 +53,8 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
   app.add_option("--target-workers", o.target_workers, "target-forward threads")->check(at_least(1, 256))->capture_default_str();
   app.add_option("--batch-queue-depth", o.batch_queue_depth, "capacity of the source -> target queue")
       ->check(at_least(1, 1 << 20))->capture_default_str();
-  app.add_option("--post-queue-depth", o.post_queue_depth, "capacity of the target -> postprocess queue")
+  app.add_option("--post-queue-depth", o.post_queue_depth,
+                 "slots of the hs_device link (target workers -> postprocess, device-resident)")
       ->check(at_least(1, 1 << 20))->capture_default_str();
   app.add_option("--hs-queue-depth", o.hs_queue_depth, "capacity of the HS queue (postprocess -> drafter)")
       ->check(at_least(1, 1 << 20))->capture_default_str();
@@ -96,10 +97,14 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
   auto* trace = app.add_option("--trace", o.trace,
                                "write a Chrome/Perfetto trace of every stage to this JSON file (profiled build; "
                                "dflash::TraceProfiler composed with the accumulating profiler)");
+  auto* results = app.add_option("--results", o.results,
+                                 "write what the postprocess produced per step (bit-exact digests) and the loss curve "
+                                 "to this file, as `name value` lines (compare a cuda and a cpu run of the same seed)");
   app.add_option("--device", device,
-                 "cpu: everything on the CPU. cuda: the postprocess ops (doc ids, packing, anchors, block mask) run on "
-                 "the GPU with dflash::ops::gpu and are copied back; the target model and the drafter still run on "
-                 "the CPU")
+                 "the backend of the hs_device link and the postprocess. cpu: the asynchronous host twin (device "
+                 "work on executor threads, host memory). cuda: hidden states in GPU slots, the postprocess ops "
+                 "(doc ids, packing, anchors, block mask) as dflash::ops::gpu kernels on the postprocess stream, "
+                 "copied into pinned memory asynchronously; the target model and the drafter run on the CPU")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--progress-interval", o.progress_interval, "seconds between progress lines (0 = only the last)")
@@ -129,6 +134,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
     if (o.profile_interval != 0) return usage(std::string("--profile-interval") + needs);
   }
   if (trace->count() > 0 && o.trace.empty()) return usage("--trace: the file name is empty");
+  if (results->count() > 0 && o.results.empty()) return usage("--results: the file name is empty");
   o.profile_format = format == "json" ? output_format::json : output_format::table;
   o.device = device == "cuda" ? device_kind::cuda : device_kind::cpu;
   return std::nullopt;

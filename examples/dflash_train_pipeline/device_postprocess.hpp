@@ -1,48 +1,46 @@
 #pragma once
 // The --device cuda postprocess: doc ids, packing, anchors and the block mask
-// run on the GPU (dflash::ops::gpu, in device_postprocess.cu) and the results
-// are copied back to the host; the target model and the drafter stay on the
-// CPU. The interface does not depend on the profiler policy, so ONE .cu TU
-// serves every variant: run() reports what it timed and the stage records it.
+// run on the GPU (dflash::ops::gpu, in device_postprocess.cu), on the
+// postprocess stage's stream, and the results are copied into pinned host
+// memory asynchronously; a host function on the same stream then fills the
+// HS item and runs `then`. Nothing here waits for the device: the pipeline
+// makes the drafter wait for the item. The interface does not depend on the
+// profiler policy or on CUDA headers, so ONE .cu TU serves every variant.
 // Builds without CUDA link device_postprocess_none.cpp, whose probe() says so.
 
-#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <dflash/ops/anchors.hpp>
 #include <dflash/ops/block_mask.hpp>
 
 namespace dflash_example {
 
-/// One batch, host memory in and out.
+/// One step. Host vectors are copied: the caller may reuse its own at once.
 struct device_job {
-  std::span<const float> padded;              ///< [docs, seq, feature] target hidden states
+  const float* padded = nullptr;              ///< DEVICE memory: [docs, seq, feature] (the slot's buffer)
   std::int32_t docs = 0, seq = 0, feature = 0;
-  std::span<const std::int32_t> lengths;      ///< [docs]
-  std::span<const std::uint8_t> loss_mask;    ///< [tokens] packed
+  std::vector<std::int32_t> lengths;          ///< [docs]
+  std::vector<std::uint8_t> loss_mask;        ///< [tokens] packed
   std::int32_t tokens = 0;                    ///< sum(lengths)
   dflash::ops::anchor_params anchors;
   dflash::ops::block_mask_params mask;        ///< context_len == tokens
   dflash::ops::tile_shape tile;
 };
 
-/// Sized by the caller: hidden [tokens*feature], doc_ids/pos [tokens],
+/// Host destinations, sized by the caller, written when the stream reaches
+/// the host function: hidden [tokens*feature], doc_ids/pos [tokens],
 /// anchors/keep [num_anchors], mask arrays as block_sparse_mask lays them out.
+/// They must stay valid (and unmoved) until then.
 struct device_output {
   std::span<float> hidden;
   std::span<std::int32_t> doc_ids, pos, anchors;
   std::span<std::uint8_t> keep;
   dflash::ops::block_sparse_view mask;
-  std::int32_t packed_tokens = 0;  ///< cu_seqlens[docs], read back with ops::gpu::cuda_batched_readback
-};
-
-/// Host-side times of the phases (enqueue, except `copy`, which waits for
-/// the device work and the device -> host copies to finish).
-struct device_times {
-  std::chrono::nanoseconds upload{}, doc_ids{}, pack{}, anchors{}, mask{}, copy{};
 };
 
 class device_postprocessor {
@@ -55,8 +53,17 @@ class device_postprocessor {
   device_postprocessor(const device_postprocessor&) = delete;
   device_postprocessor& operator=(const device_postprocessor&) = delete;
 
-  /// One thread at a time (the postprocess stage has one worker).
-  void run(const device_job& job, device_output& out, device_times& times);
+  /// Enqueues the step on `stream` (a cudaStream_t) and returns at once.
+  /// `then` runs on a CUDA host-function thread after `out` is filled; it must
+  /// not call CUDA. Calls for one stream must come from one thread at a time
+  /// (the postprocess stage's worker owns its stream). A token count other
+  /// than job.tokens after packing (checked in the host function) or a throw
+  /// from `then` is rethrown by the next enqueue() or by rethrow_pending().
+  void enqueue(const device_job& job, const device_output& out, std::function<void()> then, void* stream);
+
+  /// Rethrows a failure of a host function no later enqueue() reported
+  /// (call once the pipeline has joined: its streams are idle then).
+  void rethrow_pending();
 
  private:
   struct impl;

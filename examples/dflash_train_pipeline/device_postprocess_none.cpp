@@ -15,7 +15,9 @@ std::string device_postprocessor::probe() {
 device_postprocessor::device_postprocessor() { throw std::runtime_error(probe()); }
 device_postprocessor::~device_postprocessor() = default;
 
-void device_postprocessor::run(const device_job&, device_output&, device_times&) {
+void device_postprocessor::rethrow_pending() {}
+
+void device_postprocessor::enqueue(const device_job&, const device_output&, std::function<void()>, void*) {
   throw std::runtime_error(probe());
 }
 

@@ -1,23 +1,33 @@
 #pragma once
 // The stages of the example pipeline and the pipeline type itself:
 //
-//   batch_source ──batch_queue──▶ target_forward × N ──post_queue──▶ postprocess ──hs_queue──▶ drafter_train
+//   batch_source ─batch_queue─▶ target_forward × N ═hs_device (device link)═▶ postprocess ─hs_queue (60)─▶ drafter_train
+//                               (stream per worker)                           (own stream)
 //
-// Every stage is a template on the profiler policy P; with NullProfiler its
-// timers compile to nothing. Stage names give the profile keys
-// "<name>.wait" / "<name>.work"; own keys are listed in each stage's `keys`.
+// The target workers write hidden states into device slots; the postprocess
+// reads them on its own stream (doc ids, packing, anchors, block mask) and
+// copies the results into host memory asynchronously; the drafter trains on
+// the CPU. Every stage is a template on the profiler policy P and the device
+// backend B: dflash::cuda_backend (--device cuda) or the asynchronous host
+// twin dflash::host_stream_backend (--device cpu), where "device" work runs
+// on executor threads and device memory is host memory. With NullProfiler
+// the timers compile to nothing. Stage names give the profile keys
+// "<name>.wait" / "<name>.work" (and "<name>.gpu" for the device stages).
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <type_traits>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <dflash/device/host_stream_backend.hpp>
 #include <dflash/dflash.hpp>
 
 #include "device_postprocess.hpp"
@@ -35,10 +45,12 @@ struct Batch {
   TokenBatch tokens;  ///< padded [docs, seq] documents
 };
 
-struct TargetOutput {
-  std::int64_t step = 0;
+/// One slot of the hs_device link: a step's target hidden states, on the device.
+template <dflash::DeviceBackend B>
+struct HsSlot : dflash::device_item<B> {
+  std::int64_t step = 0;                   ///< host fields: set by the producer, read by the consumer's thread
   TokenBatch tokens;
-  std::vector<float> hidden;  ///< [docs, seq, feature] padded target hidden states
+  dflash::device_buffer<float, B> hidden;  ///< [docs, seq, feature] padded, written in stream order
 };
 
 /// One HS-queue entry: everything the drafter needs for a step, packed.
@@ -55,6 +67,21 @@ struct HsItem {
   AttentionMask attention;              ///< the drafter's CSR form of the same mask
 
   [[nodiscard]] std::int32_t num_tokens() const noexcept { return static_cast<std::int32_t>(tokens.size()); }
+
+  /// FNV-1a over every field the postprocess wrote (float bits included):
+  /// equal digests = bit-identical postprocess results (--results).
+  [[nodiscard]] std::uint64_t digest() const noexcept {
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](const void* p, std::size_t n) {
+      const auto* b = static_cast<const unsigned char*>(p);
+      for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+    };
+    auto vec = [&mix](const auto& v) { mix(v.data(), v.size() * sizeof(v[0])); };
+    mix(&dropped, sizeof dropped);
+    vec(hidden), vec(tokens), vec(loss_mask), vec(doc_ids), vec(pos), vec(anchors), vec(keep);
+    vec(mask.kv_num_blocks), vec(mask.kv_indices), vec(mask.full_kv_num_blocks), vec(mask.full_kv_indices);
+    return h;
+  }
 };
 
 // ------------------------------------------------------ mask adaptation ---
@@ -135,83 +162,126 @@ struct batch_source {
   }
 };
 
-/// The frozen target: a forward over the padded documents, taps concatenated.
-/// TargetModel::forward_padded is const and allocation-local: N workers share it.
-template <dflash::ProfilerPolicy P>
+/// The frozen target: a forward over the padded documents, taps concatenated,
+/// on the CPU (this worker's thread), then an asynchronous copy into the
+/// slot's device buffer. TargetModel::forward_padded is const: N workers share it.
+template <dflash::ProfilerPolicy P, dflash::DeviceBackend B>
 struct target_forward {
   static constexpr dflash::fixed_string name{"target_forward"};
   using input_type = Batch;
-  using output_type = TargetOutput;
+  using output_type = HsSlot<B>;
+  using keys = dflash::key_set<"forward">;
 
-  explicit target_forward(const Setup* s) noexcept : setup(s) {}
+  target_forward(const P& p, const Setup* s, std::size_t workers) : prof(p), setup(s), staging(workers) {
+    for (auto& st : staging) st = std::make_unique<upload>();
+  }
 
+  [[no_unique_address]] dflash::profiler_ref<P> prof;
   const Setup* setup;
 
-  TargetOutput operator()(Batch&& b) const {
-    TargetOutput out{b.step, std::move(b.tokens), {}};
-    out.hidden = setup->target.forward_padded(out.tokens);
-    return out;
+  void operator()(Batch&& b, HsSlot<B>& slot, const dflash::device_stream<B>& s, std::size_t worker) {
+    upload& up = *staging.at(worker);
+    const TokenBatch& tb = b.tokens;
+    const std::size_t n = static_cast<std::size_t>(tb.num_docs()) * static_cast<std::size_t>(tb.seq) *
+                          static_cast<std::size_t>(setup->target.feature_dim());
+    B& backend = s.backend();
+    // This worker's staging buffer is reused: its previous copy must have left
+    // it (long done in practice: a forward takes far longer than the copy).
+    if (up.in_flight) backend.host_wait(up.copied);
+    float* h = up.buffer.ensure(n, backend);
+    {
+      auto t = prof->scope("forward"_key);
+      setup->target.forward_padded(tb.tokens, tb.lengths, tb.seq, std::span<float>(h, n));
+    }
+    slot.step = b.step;
+    slot.tokens = std::move(b.tokens);
+    s.copy(slot.hidden.ensure(n, s), h, n * sizeof(float));
+    if (!up.copied) up.copied = backend.create_event(false);
+    backend.record(up.copied, s.native());
+    up.in_flight = true;
+    up.backend = &backend;
   }
+
+ private:
+  struct upload {
+    dflash::host_buffer<float, B> buffer;  // pinned with CUDA: the copy is truly asynchronous
+    typename B::event_type copied{};
+    bool in_flight = false;
+    B* backend = nullptr;
+    upload() = default;
+    upload(const upload&) = delete;
+    upload& operator=(const upload&) = delete;
+    ~upload() {
+      if (backend && copied) backend->destroy_event(copied);
+    }
+  };
+  std::vector<std::unique_ptr<upload>> staging;  // one per worker
 };
 
-/// Off the target's critical path: doc ids, packing, the copy into the HS
-/// entry, anchors and the block mask. CPU path: the ops' host twins, where
-/// "device" memory is host memory and `copy` is the memcpy that stands for
-/// the device -> host copy. CUDA path: dflash::ops::gpu on the device.
-template <dflash::ProfilerPolicy P>
+/// Off the target's critical path, on its own stream: doc ids, packing, the
+/// copy into host memory, anchors and the block mask. With the host twin the
+/// ops' host versions run as the stream's work (reading the slot's "device"
+/// memory); with CUDA, dflash::ops::gpu kernels run on the stream and the
+/// results are copied into pinned memory asynchronously (device_postprocess.cu).
+/// The returned item is written by that work: the pipeline makes the drafter
+/// wait for it, not this thread.
+template <dflash::ProfilerPolicy P, dflash::DeviceBackend B>
 struct postprocess {
   static constexpr dflash::fixed_string name{"postprocess"};
-  using input_type = TargetOutput;
-  using output_type = HsItem;
-  using keys = dflash::key_set_cat_t<dflash::ops::keys, dflash::key_set<"upload", "copy", "mask_expand">>;
+  using input_type = HsSlot<B>;
+  using output_type = std::unique_ptr<HsItem>;
+  using keys = dflash::key_set_cat_t<dflash::ops::keys, dflash::key_set<"copy", "mask_expand">>;
+  static constexpr bool on_host_twin = std::is_same_v<B, dflash::host_stream_backend>;
 
   postprocess(const P& p, const Setup* s, device_postprocessor* dev) noexcept : prof(p), setup(s), device(dev) {}
 
   [[no_unique_address]] dflash::profiler_ref<P> prof;
   const Setup* setup;
-  device_postprocessor* device = nullptr;  ///< null: CPU path
+  device_postprocessor* device = nullptr;  ///< the CUDA path's kernels and pinned buffers
   dflash::ops::tile_shape tile{128, 128};
-  std::vector<float> staging;  // the CPU twin's "device" buffer (one worker)
 
-  HsItem operator()(TargetOutput&& in) {
+  std::unique_ptr<HsItem> operator()(HsSlot<B>& in, const dflash::device_stream<B>& s) {
     const TokenBatch& tb = in.tokens;
-    const std::int32_t D = setup->target.feature_dim(), B = setup->opts.block_size, N = setup->opts.anchors;
-    HsItem out;
-    out.step = in.step;
-    out.tokens = tb.packed_tokens();
-    out.loss_mask = tb.packed_loss_mask();
-    if (dflash::ops::should_drop_sample(out.loss_mask, B)) {
-      out.dropped = true;
+    const std::int32_t D = setup->target.feature_dim(), Bk = setup->opts.block_size, N = setup->opts.anchors;
+    auto out = std::make_unique<HsItem>();
+    out->step = in.step;
+    out->tokens = tb.packed_tokens();
+    out->loss_mask = tb.packed_loss_mask();
+    if (dflash::ops::should_drop_sample(out->loss_mask, Bk)) {
+      out->dropped = true;
       return out;
     }
-    const std::int32_t S = out.num_tokens();
-    const auto s = static_cast<std::size_t>(S);
-    out.hidden.resize(s * static_cast<std::size_t>(D));
-    out.doc_ids.resize(s);
-    out.pos.resize(s);
-    out.anchors.resize(static_cast<std::size_t>(N));
-    out.keep.resize(static_cast<std::size_t>(N));
-    const dflash::ops::block_mask_params mp{S, N, B, setup->opts.window};
+    const std::int32_t S = out->num_tokens();
+    const auto su = static_cast<std::size_t>(S);
+    out->hidden.resize(su * static_cast<std::size_t>(D));
+    out->doc_ids.resize(su);
+    out->pos.resize(su);
+    out->anchors.resize(static_cast<std::size_t>(N));
+    out->keep.resize(static_cast<std::size_t>(N));
+    const dflash::ops::block_mask_params mp{S, N, Bk, setup->opts.window};
     const dflash::ops::anchor_params ap = setup->anchor_params(in.step);
-    if (device) run_device(in, out, mp, ap);
-    else run_host(in, out, mp, ap);
-    auto t = prof->scope("mask_expand"_key);
-    out.attention = attention_from_block_mask(out.mask, {mp, out.anchors.data(), out.keep.data(), out.pos.data()});
+    if constexpr (on_host_twin) {
+      // The stream's work: reads the slot (after the pipeline's wait on it), writes *item.
+      s.enqueue([this, item = out.get(), padded = in.hidden.data(), lengths = tb.lengths, docs = tb.num_docs(),
+                 seq = tb.seq, mp, ap] { run_host(padded, lengths, docs, seq, *item, mp, ap); });
+    } else {
+      run_device(in, *out, mp, ap, s);
+    }
     return out;
   }
 
  private:
-  void run_host(const TargetOutput& in, HsItem& out, const dflash::ops::block_mask_params& mp,
-                const dflash::ops::anchor_params& ap) {
-    const TokenBatch& tb = in.tokens;
+  void run_host(const float* padded, const std::vector<std::int32_t>& lengths, std::int32_t docs, std::int32_t seq,
+                HsItem& out, const dflash::ops::block_mask_params& mp, const dflash::ops::anchor_params& ap) const {
     const std::int32_t S = out.num_tokens(), D = setup->target.feature_dim();
-    dflash::ops::doc_ids(std::span<const std::int32_t>(tb.lengths), std::span(out.doc_ids), std::span(out.pos), prof);
-    staging.resize(out.hidden.size());
-    std::vector<std::int32_t> cu(tb.lengths.size() + 1);
-    dflash::ops::pack_hidden_states(std::span<const float>(in.hidden), {tb.num_docs(), tb.seq, D},
-                                    std::span<const std::int32_t>(tb.lengths), std::span(staging), std::span(cu), prof);
+    const std::size_t padded_n = static_cast<std::size_t>(docs) * static_cast<std::size_t>(seq) * static_cast<std::size_t>(D);
+    dflash::ops::doc_ids(std::span<const std::int32_t>(lengths), std::span(out.doc_ids), std::span(out.pos), prof);
+    std::vector<float> staging(out.hidden.size());
+    std::vector<std::int32_t> cu(lengths.size() + 1);
+    dflash::ops::pack_hidden_states(std::span<const float>(padded, padded_n), {docs, seq, D},
+                                    std::span<const std::int32_t>(lengths), std::span(staging), std::span(cu), prof);
     {
-      auto t = prof->scope("copy"_key);
+      auto t = prof->scope("copy"_key);  // stands for the device -> pinned host copy
       std::memcpy(out.hidden.data(), staging.data(), out.hidden.size() * sizeof(float));
     }
     const std::int32_t seq_lens[1] = {S};
@@ -222,10 +292,16 @@ struct postprocess {
                                              std::span<const std::int32_t>(out.pos),
                                              std::span<const std::int32_t>(out.anchors),
                                              std::span<const std::uint8_t>(out.keep), prof);
+    finish(out, mp);
   }
 
-  void run_device(const TargetOutput& in, HsItem& out, const dflash::ops::block_mask_params& mp,
-                  const dflash::ops::anchor_params& ap) {
+  void finish(HsItem& out, const dflash::ops::block_mask_params& mp) const {
+    auto t = prof->scope("mask_expand"_key);
+    out.attention = attention_from_block_mask(out.mask, {mp, out.anchors.data(), out.keep.data(), out.pos.data()});
+  }
+
+  void run_device(const HsSlot<B>& in, HsItem& out, const dflash::ops::block_mask_params& mp,
+                  const dflash::ops::anchor_params& ap, const dflash::device_stream<B>& s) {
     const TokenBatch& tb = in.tokens;
     dflash::ops::block_sparse_mask& m = out.mask;
     m.params = mp;
@@ -237,28 +313,19 @@ struct postprocess {
     m.full_kv_num_blocks.assign(nq, 0);
     m.kv_indices.assign(nq * nk, 0);
     m.full_kv_indices.assign(nq * nk, 0);
-    const device_job job{in.hidden, tb.num_docs(), tb.seq, setup->target.feature_dim(), tb.lengths, out.loss_mask,
-                         out.num_tokens(), ap, mp, tile};
-    device_output dout{out.hidden, out.doc_ids, out.pos, out.anchors, out.keep, m.view(), 0};
-    device_times t;
-    device->run(job, dout, t);
-    if (dout.packed_tokens != out.num_tokens())
-      throw std::runtime_error("postprocess: the device packed " + std::to_string(dout.packed_tokens) +
-                               " tokens, expected " + std::to_string(out.num_tokens()));
-    if constexpr (P::enabled) {  // the device reports its phase times; record them under the same keys
-      prof->add("upload"_key, t.upload);
-      prof->add("doc_ids"_key, t.doc_ids);
-      prof->add("pack_hidden_states"_key, t.pack);
-      prof->add("anchors"_key, t.anchors);
-      prof->add("block_mask"_key, t.mask);
-      prof->add("copy"_key, t.copy);
-    }
+    const device_job job{in.hidden.data(), tb.num_docs(), tb.seq, setup->target.feature_dim(), tb.lengths,
+                         out.loss_mask, out.num_tokens(), ap, mp, tile};
+    const device_output dout{out.hidden, out.doc_ids, out.pos, out.anchors, out.keep, m.view()};
+    // Everything is enqueued on the stream; `finish` runs in stream order once
+    // the results are in host memory (a host function: no CUDA calls in it).
+    device->enqueue(job, dout, [this, item = &out, mp] { finish(*item, mp); }, static_cast<void*>(s.native()));
   }
 };
 
 /// What the drafter loop leaves behind for main() (one writer: the sink thread).
 struct TrainLog {
   std::vector<double> losses;  ///< per trained step
+  std::vector<std::pair<std::int64_t, std::uint64_t>> digests;  ///< (step, HsItem::digest()) per item, arrival order
   std::int64_t tokens = 0;     ///< packed tokens trained on
   std::int64_t dropped = 0;
   double last_accuracy = 0;
@@ -301,7 +368,7 @@ class Console {
 template <dflash::ProfilerPolicy P>
 struct drafter_train {
   static constexpr dflash::fixed_string name{"drafter"};
-  using input_type = HsItem;
+  using input_type = std::unique_ptr<HsItem>;
   using output_type = void;
   using keys = dflash::key_set<"drafter_step">;
   using clock = std::chrono::steady_clock;
@@ -319,8 +386,10 @@ struct drafter_train {
   clock::time_point last_print = start;
   std::int64_t seen = 0;
 
-  void operator()(HsItem&& it) {
+  void operator()(std::unique_ptr<HsItem>&& item) {
+    const HsItem& it = *item;
     ++seen;
+    log->digests.emplace_back(it.step, it.digest());
     if (it.dropped) {
       ++log->dropped;
     } else {
@@ -354,14 +423,19 @@ struct drafter_train {
 
 // ------------------------------------------------------------- pipeline ---
 
-template <class P>
-using train_pipeline = dflash::Pipeline<P,                                         //
-                                        batch_source, dflash::queue_spec<"batch_queue", 8>,
-                                        dflash::workers<target_forward<P>, 2>, dflash::queue_spec<"post_queue", 4>,
-                                        postprocess<P>, dflash::queue_spec<"hs_queue", 60>,  //
+template <class P, class B>
+using train_pipeline = dflash::Pipeline<P,                                                    //
+                                        batch_source, dflash::queue_spec<"batch_queue", 8>,   //
+                                        dflash::workers<target_forward<P, B>, 2>,             //
+                                        dflash::device_link<"hs_device", 4>,                  //
+                                        postprocess<P, B>, dflash::queue_spec<"hs_queue", 60>,  //
                                         drafter_train<P>>;
 
+/// The host-twin instance (keys do not depend on the backend or the policy).
+template <class P>
+using train_pipeline_twin = train_pipeline<P, dflash::host_stream_backend>;
+
 /// Every key the pipeline records, known at compile time.
-using train_keys = dflash::pipeline_keys_t<train_pipeline>;
+using train_keys = dflash::pipeline_keys_t<train_pipeline_twin>;
 
 }  // namespace dflash_example

@@ -1,6 +1,6 @@
 #pragma once
-// The example's driver, written once for every profiler policy:
-//   run_training<P>(setup, prof, stats, console, device)  builds the pipeline, runs it, returns the log;
+// The example's driver, written once for every profiler policy and backend:
+//   run_training<P, B>(setup, prof, stats, console, device)  builds the pipeline, runs it, returns the log;
 //   train_main<Stats>(argc, argv)                          the whole program (main.cpp / main_profiled.cpp).
 // Stats is NullProfiler (plain build) or AccumulatingProfiler<train_keys>
 // (profiled build); the choice is a type, made in each main TU.
@@ -10,7 +10,9 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -20,6 +22,9 @@
 #endif
 
 #include <dflash/dflash.hpp>
+#if DFLASH_EXAMPLE_CUDA
+#include <dflash/device/cuda_backend.hpp>
+#endif
 
 #include "cli.hpp"
 #include "stages.hpp"
@@ -53,21 +58,23 @@ struct RunResult {
 
 /// Runs one training; P is what the stages record into (NullProfiler,
 /// the accumulating profiler, or a Composite of it and a trace), `stats`
-/// what the periodic reporter prints.
-template <dflash::ProfilerPolicy P, dflash::ProfilerPolicy Stats>
+/// what the periodic reporter prints, B the device backend.
+template <dflash::ProfilerPolicy P, dflash::DeviceBackend B, dflash::ProfilerPolicy Stats>
 RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console& console,
                        device_postprocessor* device) {
   const Options& o = setup.opts;
-  using pipeline = train_pipeline<P>;
+  using pipeline = train_pipeline<P, B>;
   auto shape = pipeline::default_shape();
-  shape.workers[1] = static_cast<std::size_t>(o.target_workers);
+  const auto targets = static_cast<std::size_t>(o.target_workers);
+  shape.workers[1] = targets;
   shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
   shape.depths[1] = static_cast<std::size_t>(o.post_queue_depth);
   shape.depths[2] = static_cast<std::size_t>(o.hs_queue_depth);
 
   Drafter drafter(setup.drafter_cfg);
   RunResult r;
-  pipeline p(prof, shape, batch_source(&setup), target_forward<P>(&setup), postprocess<P>(prof, &setup, device),
+  pipeline p(prof, shape, batch_source(&setup), target_forward<P, B>(prof, &setup, targets),
+             postprocess<P, B>(prof, &setup, device),
              drafter_train<P>(prof, &drafter, &r.log, &console, o.steps, o.progress_interval));
 
   const dflash::reporter_options ropt{
@@ -81,6 +88,7 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   p.run();
   try {
     p.join();
+    if (device) device->rethrow_pending();  // a failure in the last step's host function
   } catch (...) {
     reporter.stop();
     throw;
@@ -88,6 +96,40 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   reporter.stop();
   return r;
+}
+
+/// The same run on the backend --device chose.
+template <dflash::ProfilerPolicy P, dflash::ProfilerPolicy Stats>
+RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console& console,
+                       device_postprocessor* device) {
+#if DFLASH_EXAMPLE_CUDA
+  if (setup.opts.device == device_kind::cuda)
+    return run_training<P, dflash::cuda_backend>(setup, prof, stats, console, device);
+#endif
+  return run_training<P, dflash::host_stream_backend>(setup, prof, stats, console, device);
+}
+
+/// --results: what the postprocess produced per step (digest of every field,
+/// bit for bit) and the loss curve, as `name value` lines; names ending in _f
+/// are floats. Two runs with the same seed and one target worker (so the
+/// drafter sees the same order) must agree: integers exactly, floats closely.
+inline void write_results(const std::string& path, const RunResult& r) {
+  std::ofstream f(path);
+  if (!f) throw std::runtime_error("--results: cannot write '" + path + "'");
+  auto digests = r.log.digests;
+  std::sort(digests.begin(), digests.end());
+  f << "items " << digests.size() << "\n" << "trained " << r.log.losses.size() << "\n"
+    << "dropped " << r.log.dropped << "\n" << "tokens " << r.log.tokens << "\n";
+  char buf[64];
+  for (const auto& [step, d] : digests) {
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(d));
+    f << "step" << step << "_digest " << buf << "\n";
+  }
+  std::snprintf(buf, sizeof buf, "%.9g", r.initial_loss());
+  f << "initial_loss_f " << buf << "\n";
+  std::snprintf(buf, sizeof buf, "%.9g", r.final_loss());
+  f << "final_loss_f " << buf << "\n";
+  if (!f.flush()) throw std::runtime_error("--results: write to '" + path + "' failed");
 }
 
 inline std::string describe(const Setup& s, bool profiled) {
@@ -101,7 +143,9 @@ inline std::string describe(const Setup& s, bool profiled) {
                 static_cast<long long>(o.steps), o.target_workers, o.hidden, s.target.taps().size(),
                 s.target.feature_dim(), o.seq_len, o.block_size, o.anchors, o.window, o.batch_queue_depth,
                 o.post_queue_depth, o.hs_queue_depth,
-                o.device == device_kind::cuda ? "cuda (postprocess ops on the GPU, models on the CPU)" : "cpu",
+                o.device == device_kind::cuda ? "cuda (hidden states in device slots, postprocess ops on the GPU, "
+                                                "models on the CPU)"
+                                              : "cpu (the asynchronous host twin: device work on executor threads)",
                 profiled ? "profiler: AccumulatingProfiler" : "profiler: NullProfiler (nothing recorded)",
                 Drafter(s.drafter_cfg).num_parameters());
   return buf;
@@ -166,6 +210,7 @@ int train_main(int argc, char** argv) {
       r = run_training(setup, none, none, console, device.get());
     }
     print_result(console, r);
+    if (!o.results.empty()) write_results(o.results, r);
   } catch (const std::exception& e) {
     console.block(std::string(self) + ": error: " + e.what());
     return exit_failure;

@@ -31,8 +31,10 @@ if(MODE STREQUAL "profiled")
   if(n_tables LESS 1)  # periodic tables depend on the run's speed; the final one is always there
     message(FATAL_ERROR "no profile table found")
   endif()
-  foreach(row target_forward.work target_forward.wait pack_hidden_states doc_ids copy block_mask anchors
-              hs_queue.push_wait hs_queue.pop_wait drafter_step)
+  # the device-linked shape: the link's wait rows and the device stages' .gpu rows too
+  foreach(row target_forward.work target_forward.wait target_forward.gpu forward pack_hidden_states doc_ids copy
+              block_mask anchors hs_device.push_wait hs_device.pop_wait postprocess.gpu hs_queue.push_wait
+              hs_queue.pop_wait drafter_step)
     string(REPLACE "." "\\." row_re "${row}")
     if(NOT out MATCHES "\n${row_re} +[1-9][0-9]* ")
       message(FATAL_ERROR "the table has no non-zero row for ${row}")

@@ -33,11 +33,21 @@ int parse(std::vector<std::string> args, Options& o, bool profiled, std::string*
 }
 }  // namespace
 
-TEST_CASE("CPU postprocess: packed hidden states, doc ids, anchors and mask match the definitions", "[example]") {
+TEST_CASE("host-twin target_forward + postprocess: packed hidden states, doc ids, anchors and mask match the definitions",
+          "[example]") {
+  using twin = dflash::host_stream_backend;
   const Setup setup(small());
   const TokenBatch tb = setup.source.make_batch(setup.opts.seed, 3, setup.opts.seq_len);
-  postprocess<dflash::NullProfiler> post({}, &setup, nullptr);
-  HsItem it = post(TargetOutput{3, tb, setup.target.forward_padded(tb)});
+  twin backend;
+  auto st = backend.create_stream();
+  const dflash::device_stream<twin> s(backend, st);
+  target_forward<dflash::NullProfiler, twin> fwd({}, &setup, 1);
+  postprocess<dflash::NullProfiler, twin> post({}, &setup, nullptr);
+  HsSlot<twin> slot;
+  fwd(Batch{3, tb}, slot, s, 0);  // forward on this thread, copy into the slot on the stream
+  auto item = post(slot, s);      // the ops run later, on the stream's thread
+  backend.synchronize(st);        // the pipeline's wait, done by hand
+  const HsItem& it = *item;
   REQUIRE_FALSE(it.dropped);
   CHECK(it.tokens == tb.packed_tokens());
   CHECK(it.loss_mask == tb.packed_loss_mask());
@@ -58,6 +68,7 @@ TEST_CASE("CPU postprocess: packed hidden states, doc ids, anchors and mask matc
   const dflash::ops::block_mask_params mp{S, setup.opts.anchors, B, 0};
   const auto dense = dflash::ops::dense_block_mask(mp, it.doc_ids, it.anchors, it.keep);
   CHECK(it.attention == AttentionMask::from_dense(dense.rows, dense.cols, dense.allowed));
+  backend.destroy_stream(st);
 }
 
 TEST_CASE("mask adaptation agrees with the dense mask for a window and dropped blocks", "[example]") {
@@ -82,8 +93,10 @@ TEST_CASE("the pipeline runs with runtime worker counts and queue depths", "[exa
   o.hs_queue_depth = 1;
   const Setup setup(o);
   using profiler = dflash::AccumulatingProfiler<train_keys>;
+  using pipeline = train_pipeline_twin<profiler>;
+  using B = dflash::host_stream_backend;
   profiler prof;
-  auto shape = train_pipeline<profiler>::default_shape();
+  auto shape = pipeline::default_shape();
   CHECK(shape.workers[1] == 2);
   CHECK(shape.depths[2] == 60);
   shape.workers[1] = 3;
@@ -91,21 +104,23 @@ TEST_CASE("the pipeline runs with runtime worker counts and queue depths", "[exa
   Drafter drafter(setup.drafter_cfg);
   TrainLog log;
   Console console(stdout, false, true);
-  train_pipeline<profiler> p(prof, shape, batch_source(&setup), target_forward<profiler>(&setup),
-                             postprocess<profiler>(prof, &setup, nullptr),
-                             drafter_train<profiler>(prof, &drafter, &log, &console, o.steps, 0.0));
+  pipeline p(prof, shape, batch_source(&setup), target_forward<profiler, B>(prof, &setup, 3),
+             postprocess<profiler, B>(prof, &setup, nullptr),
+             drafter_train<profiler>(prof, &drafter, &log, &console, o.steps, 0.0));
   CHECK(p.shape().workers[1] == 3);
   p.run();
   p.join();
   CHECK(log.losses.size() == 6);
   const auto snap = prof.snapshot();
   for (const auto& k : snap.keys) {
-    if (k.name == "target_forward.work" || k.name == "drafter_step" || k.name == "postprocess.work") CHECK(k.count == 6);
+    if (k.name == "target_forward.work" || k.name == "drafter_step" || k.name == "postprocess.work" ||
+        k.name == "target_forward.gpu" || k.name == "postprocess.gpu")
+      CHECK(k.count == 6);
   }
-  auto make = [&](const train_pipeline<profiler>::shape_type& sh) {
-    train_pipeline<profiler> q(prof, sh, batch_source(&setup), target_forward<profiler>(&setup),
-                               postprocess<profiler>(prof, &setup, nullptr),
-                               drafter_train<profiler>(prof, &drafter, &log, &console, o.steps, 0.0));
+  auto make = [&](const pipeline::shape_type& sh) {
+    pipeline q(prof, sh, batch_source(&setup), target_forward<profiler, B>(prof, &setup, 3),
+               postprocess<profiler, B>(prof, &setup, nullptr),
+               drafter_train<profiler>(prof, &drafter, &log, &console, o.steps, 0.0));
   };
   shape.depths[0] = 0;
   CHECK_THROWS_WITH(make(shape), Catch::Contains("queue 0 needs a depth of at least 1"));
