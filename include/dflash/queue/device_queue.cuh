@@ -9,14 +9,17 @@
 //   v.block_try_push<256>(my_rows, my_count);         // one atomic for the whole block
 //   // from the host, on the producer stream (no host sync):
 //   dflash::enqueue_padded(v, d_rows, max_len, d_lengths, n, d_offsets, d_ticket, d_temp, temp_bytes, s);
+//   // (lengths checked on the device: a bad batch reserves nothing, ticket says invalid/too_large)
 //   dflash::stream_handoff h;  h.produced(producer);  h.consume_after(consumer);
 //
 // Reservation, wrap-around, full/empty and close are ring_control's (shared
 // with the host twin host_ring and stress-tested on host threads); this file
 // adds only the aggregation (cub::WarpScan / cub::BlockScan offsets), the
-// packed enqueue (cub::DeviceScan on the caller's stream and temp storage) and
-// the stream-ordered hand-off (events + cudaStreamWaitEvent).
+// packed enqueue (cub::DeviceScan on the caller's stream and temp storage; its
+// reserve/copy steps are packed_reserve.hpp, shared with a host twin) and the
+// stream-ordered hand-off (events + cudaStreamWaitEvent).
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cub/warp/warp_scan.cuh>
@@ -28,6 +31,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "dflash/queue/packed_reserve.hpp"
 #include "dflash/queue/ring_control.hpp"
 
 namespace dflash {
@@ -169,25 +173,38 @@ class device_queue {
 };
 
 namespace detail {
-// One thread: reserve the whole batch (sum of lengths) with one CAS.
+inline constexpr int packed_reserve_threads = 256;
+
+// The reserve step (packed_reserve.hpp): one block folds the lengths
+// (0 <= len <= max_len, 64-bit sum), reduces, and thread 0 reserves the total
+// with one CAS, or reserves nothing and writes why into the ticket.
 template <class T>
-__global__ void packed_reserve_kernel(device_queue_view<T> q, const int* lengths, const int* offsets, int n,
-                                      ring_ticket* ticket) {
-  const int total = n > 0 ? offsets[n - 1] + lengths[n - 1] : 0;
-  *ticket = q.ctl.try_reserve_push(static_cast<std::uint32_t>(total));
+__global__ void __launch_bounds__(packed_reserve_threads)
+    packed_reserve_kernel(device_queue_view<T> q, const int* lengths, int n, int max_len, ring_ticket* ticket) {
+  using reduce = cub::BlockReduce<packed_summary, packed_reserve_threads>;
+  __shared__ typename reduce::TempStorage tmp;
+  packed_summary s{};
+  for (long long b = threadIdx.x; b < n; b += packed_reserve_threads) s = packed_check(s, lengths[b], max_len);
+  s = reduce(tmp).Reduce(s, packed_summary_sum{});
+  if (threadIdx.x == 0) *ticket = packed_reserve_total(q.ctl, s);
 }
 
-// Grid (x: tokens, y: sequences): element t of sequence b goes to position
-// first + offsets[b] + t.
+// The copy step. Grid (x: tokens, y: sequences), grid-stride both ways:
+// element i of sequence b goes to position first + offsets[b] + i. With an ok
+// ticket every length was checked (0..max_len) and the offsets fit int, so
+// the writes cover [first, first + total) exactly once: nothing stays unpublished.
 template <class T>
 __global__ void packed_copy_kernel(device_queue_view<T> q, const T* values, int max_len, const int* lengths,
                                    const int* offsets, int n, const ring_ticket* ticket) {
   const ring_ticket t = *ticket;
   if (t.status != ring_status::ok) return;
-  for (int b = blockIdx.y; b < n; b += gridDim.y)
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < lengths[b]; i += gridDim.x * blockDim.x)
-      q.put(t.first + static_cast<unsigned long long>(offsets[b]) + i,
-            values[static_cast<std::size_t>(b) * max_len + i]);
+  for (long long b = blockIdx.y; b < n; b += gridDim.y) {
+    const long long len = lengths[b];
+    for (long long i = blockIdx.x * 1ll * blockDim.x + threadIdx.x; i < len; i += 1ll * gridDim.x * blockDim.x) {
+      const int bi = static_cast<int>(b), ii = static_cast<int>(i);
+      q.put(packed_position(t, offsets, bi, ii), values[packed_source(max_len, bi, ii)]);
+    }
+  }
 }
 }  // namespace detail
 
@@ -195,23 +212,40 @@ __global__ void packed_copy_kernel(device_queue_view<T> q, const T* values, int 
 /// as one packed run: sequence b lands at ring position ticket.first +
 /// offsets[b]. Everything runs on `stream`; the host never waits.
 /// CUB convention: call first with d_temp == nullptr to get temp_bytes.
-/// `d_offsets` (n ints) and `d_ticket` are caller-owned device outputs; if the
-/// ring had no room (*d_ticket).status is full / too_large / closed and nothing
-/// was written.
+/// `d_offsets` (n ints) and `d_ticket` are caller-owned device outputs.
+///
+/// The lengths are checked on the device, in the reserve step: if one is < 0
+/// or > max_len, (*d_ticket).status is `invalid`; if their sum exceeds INT_MAX
+/// or the ring, `too_large`; if the ring has no room now, `full`; if closed,
+/// `closed`. In each of those cases nothing is reserved and nothing written.
+/// The host-side checks (n, max_len, pending errors, CUB's temp size) all
+/// happen before the first kernel is queued, and once the reserve kernel is
+/// queued the copy kernel is always queued after it, so a reservation is never
+/// left unpublished (which would block every later pop and hide `closed`).
 template <class T>
 void enqueue_padded(device_queue_view<T> q, const T* d_values, int max_len, const int* d_lengths, int n,
                     int* d_offsets, ring_ticket* d_ticket, void* d_temp, std::size_t& temp_bytes,
                     cudaStream_t stream) {
   if (n < 0 || max_len < 0) throw std::invalid_argument("dflash::enqueue_padded: n and max_len must be >= 0");
+  if (d_temp == nullptr) {  // size query only
+    detail::cuda_check(cub::DeviceScan::ExclusiveSum(d_temp, temp_bytes, d_lengths, d_offsets, n, stream),
+                       "cub::DeviceScan::ExclusiveSum (size query)");
+    return;
+  }
+  if (d_ticket == nullptr) throw std::invalid_argument("dflash::enqueue_padded: d_ticket must not be null");
+  // Everything that can throw happens before the reserve kernel is queued:
+  // the launch shapes, an error left pending by earlier work (which the launch
+  // checks below would otherwise report after a reservation), the scan.
+  const dim3 copy_grid(static_cast<unsigned>(std::clamp((max_len + 255ll) / 256, 1ll, 1024ll)),
+                       static_cast<unsigned>(std::clamp(n, 1, 65535)));
+  detail::cuda_check(cudaPeekAtLastError(), "dflash::enqueue_padded: CUDA error pending before the call");
   detail::cuda_check(cub::DeviceScan::ExclusiveSum(d_temp, temp_bytes, d_lengths, d_offsets, n, stream),
                      "cub::DeviceScan::ExclusiveSum");
-  if (d_temp == nullptr) return;  // size query only
-  detail::packed_reserve_kernel<<<1, 1, 0, stream>>>(q, d_lengths, d_offsets, n, d_ticket);
-  detail::cuda_check(cudaGetLastError(), "packed reserve launch");
-  if (n == 0 || max_len == 0) return;
-  const dim3 grid(static_cast<unsigned>((max_len + 255) / 256), static_cast<unsigned>(std::min(n, 65535)));
-  detail::packed_copy_kernel<<<grid, 256, 0, stream>>>(q, d_values, max_len, d_lengths, d_offsets, n, d_ticket);
-  detail::cuda_check(cudaGetLastError(), "packed copy launch");
+  detail::packed_reserve_kernel<<<1, detail::packed_reserve_threads, 0, stream>>>(q, d_lengths, n, max_len, d_ticket);
+  detail::cuda_check(cudaGetLastError(), "packed reserve launch (nothing reserved)");
+  // From here on the ring may hold a reservation: the copy kernel must follow.
+  detail::packed_copy_kernel<<<copy_grid, 256, 0, stream>>>(q, d_values, max_len, d_lengths, d_offsets, n, d_ticket);
+  detail::cuda_check(cudaGetLastError(), "packed copy launch (the ring may now hold an unpublished reservation)");
 }
 
 /// Stream-ordered hand-off: work queued on the consumer stream after
