@@ -43,6 +43,19 @@ __global__ void block_push_kernel(dflash::device_queue_view<int> q, int* status)
   if (threadIdx.x == 0) status[blockIdx.x] = static_cast<int>(s);
 }
 
+// Every lane / thread asks for `n` items: the 32-bit sum would wrap to 0.
+// The items pointer is null: it must never be read.
+__global__ void huge_warp_push_kernel(dflash::device_queue_view<int> q, std::uint32_t n, int* status) {
+  const ring_status s = q.warp_try_push(nullptr, n);
+  if (threadIdx.x == 0) *status = static_cast<int>(s);
+}
+__global__ void huge_block_push_kernel(dflash::device_queue_view<int> q, std::uint32_t n, int* status) {
+  const ring_status s = q.block_try_push<128>(nullptr, n);
+  if (threadIdx.x == 0) *status = static_cast<int>(s);
+}
+
+__global__ void size_kernel(dflash::device_queue_view<int> q, unsigned long long* out) { *out = q.ctl.size_approx(); }
+
 // One warp drains the queue into out[], counting with an atomic.
 __global__ void warp_drain_kernel(dflash::device_queue_view<int> q, int* out, unsigned* count, int* last_status) {
   for (;;) {
@@ -141,4 +154,24 @@ TEST_CASE("packed enqueue of variable-length sequences (cub::DeviceScan)", "[dev
   std::sort(got.begin(), got.end());
   CHECK(got == std::vector<int>{0, 1, 2, 200, 201, 202, 203, 204});
   ok(cudaStreamDestroy(s));
+}
+
+TEST_CASE("warp and block totals past 32 bits are too_large, not wrapped", "[device_queue][gpu]") {
+  dflash::device_queue<int> q(64);
+  dev_buf<int> status(1);
+  dev_buf<unsigned long long> size(1);
+  huge_warp_push_kernel<<<1, 32>>>(q.view(), 1u << 27, status.p);  // 32 * 2^27 == 2^32
+  ok(cudaGetLastError());
+  ok(cudaDeviceSynchronize());
+  CHECK(status.get(1)[0] == static_cast<int>(ring_status::too_large));
+  huge_block_push_kernel<<<1, 128>>>(q.view(), 1u << 25, status.p);  // 128 * 2^25 == 2^32
+  ok(cudaGetLastError());
+  ok(cudaDeviceSynchronize());
+  CHECK(status.get(1)[0] == static_cast<int>(ring_status::too_large));
+  size_kernel<<<1, 1>>>(q.view(), size.p);
+  ok(cudaDeviceSynchronize());
+  CHECK(size.get(1)[0] == 0);
+  warp_push_kernel<<<1, 32>>>(q.view(), status.p);  // the ring is still usable
+  ok(cudaDeviceSynchronize());
+  CHECK(status.get(1)[0] == static_cast<int>(ring_status::ok));
 }

@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -60,18 +61,22 @@ struct device_queue_view {
   T* data;
 
   static constexpr unsigned full_mask = 0xffffffffu;
+  static constexpr unsigned long long max_batch = 0xffffffffull;  ///< a ticket counts in 32 bits
 
   /// Every lane of a full, converged warp calls this with its own n items (n may
   /// be 0). One CAS for the warp; all lanes' items go in, or none. Same status
-  /// on every lane.
+  /// on every lane. The warp's total is summed in 64 bits: past 2^32 - 1 (or
+  /// past the capacity) it is too_large, never wrapped. Debug builds assert
+  /// the full warp (__activemask() == 0xffffffff).
   __device__ ring_status warp_try_push(const T* items, std::uint32_t n) const {
-    using scan = cub::WarpScan<std::uint32_t>;
+    assert(__activemask() == full_mask && "warp_try_push: every lane of a full, converged warp must call it");
+    using scan = cub::WarpScan<unsigned long long>;
     __shared__ typename scan::TempStorage tmp[32];  // one per warp of a <= 1024-thread block
-    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    std::uint32_t offset = 0, total = 0;
-    scan(tmp[warp]).ExclusiveSum(n, offset, total);
+    const unsigned tid = linear_tid(), warp = tid / 32, lane = tid % 32;
+    unsigned long long offset = 0, total = 0;
+    scan(tmp[warp]).ExclusiveSum(static_cast<unsigned long long>(n), offset, total);
     ring_ticket t{ring_status::ok, 0, 0};
-    if (lane == 0) t = ctl.try_reserve_push(total);
+    if (lane == 0) t = reserve(total);
     __syncwarp(full_mask);  // memory order: lane 0 acquired the slots; every lane writes them (shfl alone orders nothing)
     const auto status = static_cast<ring_status>(__shfl_sync(full_mask, static_cast<int>(t.status), 0));
     const unsigned long long first = __shfl_sync(full_mask, t.first, 0);
@@ -79,16 +84,19 @@ struct device_queue_view {
     return status;
   }
 
-  /// Every thread of a 1-D block of BlockThreads threads calls this. One CAS
-  /// for the block; all items or none. Same status on every thread.
+  /// Every thread of a 1-D block of exactly BlockThreads threads calls this
+  /// (asserted in debug builds). One CAS for the block; all items or none.
+  /// Same status on every thread; 64-bit total as in warp_try_push.
   template <int BlockThreads>
   __device__ ring_status block_try_push(const T* items, std::uint32_t n) const {
-    using scan = cub::BlockScan<std::uint32_t, BlockThreads>;
+    assert(blockDim.x == BlockThreads && blockDim.y == 1 && blockDim.z == 1 &&
+           "block_try_push<BlockThreads>: needs a 1-D block of exactly BlockThreads threads");
+    using scan = cub::BlockScan<unsigned long long, BlockThreads>;
     __shared__ typename scan::TempStorage tmp;
     __shared__ ring_ticket ticket;
-    std::uint32_t offset = 0, total = 0;
-    scan(tmp).ExclusiveSum(n, offset, total);
-    if (threadIdx.x == 0) ticket = ctl.try_reserve_push(total);
+    unsigned long long offset = 0, total = 0;
+    scan(tmp).ExclusiveSum(static_cast<unsigned long long>(n), offset, total);
+    if (threadIdx.x == 0) ticket = reserve(total);
     __syncthreads();
     const ring_ticket t = ticket;
     __syncthreads();  // ticket may be reused by the next call
@@ -96,11 +104,13 @@ struct device_queue_view {
     return t.status;
   }
 
-  /// Every lane of a full warp calls this; up to 32 items are reserved with one
-  /// CAS, lane i gets item i. Returns true on the lanes that got an item;
-  /// `status` (same on every lane) is ok, empty or closed.
+  /// Every lane of a full, converged warp calls this (asserted in debug
+  /// builds); up to 32 items are reserved with one CAS, lane i gets item i.
+  /// Returns true on the lanes that got an item; `status` (same on every lane)
+  /// is ok, empty or closed.
   __device__ bool warp_try_pop(T& out, ring_status& status) const {
-    const unsigned lane = threadIdx.x % 32;
+    assert(__activemask() == full_mask && "warp_try_pop: every lane of a full, converged warp must call it");
+    const unsigned lane = linear_tid() % 32;
     ring_ticket t{ring_status::ok, 0, 0};
     if (lane == 0) t = ctl.try_reserve_pop(32);
     __syncwarp(full_mask);  // memory order: lane 0 acquired the published slots; every lane reads them
@@ -120,6 +130,13 @@ struct device_queue_view {
   }
 
  private:
+  __device__ static unsigned linear_tid() {
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  }
+  __device__ ring_ticket reserve(unsigned long long total) const {
+    if (total > max_batch) return {ring_status::too_large, 0, 0};
+    return ctl.try_reserve_push(static_cast<std::uint32_t>(total));
+  }
   __device__ void write(unsigned long long first, const T* items, std::uint32_t n) const {
     for (std::uint32_t j = 0; j < n; ++j) put(first + j, items[j]);
   }
