@@ -10,14 +10,16 @@
 //   // from the host, on the producer stream (no host sync):
 //   dflash::enqueue_padded(v, d_rows, max_len, d_lengths, n, d_offsets, d_ticket, d_temp, temp_bytes, s);
 //   // (lengths checked on the device: a bad batch reserves nothing, ticket says invalid/too_large)
-//   dflash::stream_handoff h;  h.produced(producer);  h.consume_after(consumer);
+//   // hand one item from the producer stream to the consumer stream, one event per item:
+//   auto tok = dflash::stream_token::record(producer);  // move it along with the item
+//   tok.wait(consumer);
 //
 // Reservation, wrap-around, full/empty and close are ring_control's (shared
 // with the host twin host_ring and stress-tested on host threads); this file
 // adds only the aggregation (cub::WarpScan / cub::BlockScan offsets), the
 // packed enqueue (cub::DeviceScan on the caller's stream and temp storage; its
 // reserve/copy steps are packed_reserve.hpp, shared with a host twin) and the
-// stream-ordered hand-off (events + cudaStreamWaitEvent).
+// per-item stream-ordered hand-off (stream_token: one event per item).
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -265,24 +267,56 @@ void enqueue_padded(device_queue_view<T> q, const T* d_values, int max_len, cons
   detail::cuda_check(cudaGetLastError(), "packed copy launch (the ring may now hold an unpublished reservation)");
 }
 
-/// Stream-ordered hand-off: work queued on the consumer stream after
-/// consume_after() starts only once the producer stream reached produced().
-/// The host never blocks.
-class stream_handoff {
+/// A stream-ordered hand-off of ONE item: work queued on a consumer stream
+/// after wait() starts only once the producer stream reached record(). Each
+/// token owns its own event, recorded exactly once, so it travels with its
+/// item: two items in flight, or a producer and a consumer on different host
+/// threads, each wait on their own record (one shared, re-recorded event would
+/// make the consumer wait on whatever record came last). Move-only; the host
+/// never blocks. Destroying a token whose record has not completed is fine
+/// (CUDA releases the event when it completes).
+///
+///   auto tok = dflash::stream_token::record(producer);   // after the item's work
+///   ... move tok along with the item (queue, slot, other thread) ...
+///   tok.wait(consumer);                                    // before the consumer's work
+class stream_token {
  public:
-  stream_handoff() { detail::cuda_check(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming), "cudaEventCreate"); }
-  stream_handoff(const stream_handoff&) = delete;
-  stream_handoff& operator=(const stream_handoff&) = delete;
-  ~stream_handoff() { cudaEventDestroy(ev_); }
+  stream_token() noexcept = default;  ///< empty: holds no record; wait() throws
+  [[nodiscard]] static stream_token record(cudaStream_t producer) {
+    cudaEvent_t ev = nullptr;
+    detail::cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    stream_token t;
+    t.ev_ = ev;  // from here t owns it, also if the record throws
+    detail::cuda_check(cudaEventRecord(t.ev_, producer), "cudaEventRecord");
+    return t;
+  }
+  stream_token(stream_token&& o) noexcept : ev_(o.ev_) { o.ev_ = nullptr; }
+  stream_token& operator=(stream_token&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ev_ = o.ev_;
+      o.ev_ = nullptr;
+    }
+    return *this;
+  }
+  stream_token(const stream_token&) = delete;
+  stream_token& operator=(const stream_token&) = delete;
+  ~stream_token() { reset(); }
 
-  void produced(cudaStream_t producer) { detail::cuda_check(cudaEventRecord(ev_, producer), "cudaEventRecord"); }
-  void consume_after(cudaStream_t consumer) const {
+  /// Queue a wait for this token's record on `consumer` (may be called more than once).
+  void wait(cudaStream_t consumer) const {
+    if (ev_ == nullptr) throw std::logic_error("dflash::stream_token::wait: empty token (never recorded or moved from)");
     detail::cuda_check(cudaStreamWaitEvent(consumer, ev_, 0), "cudaStreamWaitEvent");
   }
+  [[nodiscard]] bool valid() const noexcept { return ev_ != nullptr; }
   [[nodiscard]] cudaEvent_t event() const noexcept { return ev_; }
 
  private:
-  cudaEvent_t ev_{};
+  void reset() noexcept {
+    if (ev_ != nullptr) cudaEventDestroy(ev_);
+    ev_ = nullptr;
+  }
+  cudaEvent_t ev_ = nullptr;
 };
 
 }  // namespace dflash
