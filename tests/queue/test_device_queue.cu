@@ -5,8 +5,10 @@
 // hundreds of laps, and per-item hand-offs with two items in flight.
 // Without a device the shared main reports "skipped" (exit 77).
 //
-// No kernel here may spin forever: every retry loop has a budget and, when it
-// runs out, sets a flag the test checks (and prints "TIMED OUT: <step>").
+// No kernel here may spin forever: every retry loop has a time budget and,
+// when it runs out, sets a flag the test checks (and prints "TIMED OUT: <step>").
+// Tests tagged [concurrent] need two kernels resident at once (exclude them
+// with "~[concurrent]" under a tool that serialises kernels).
 #include <catch2/catch.hpp>
 #include <dflash/queue/device_queue.cuh>
 
@@ -63,21 +65,39 @@ struct stream {
 // ---- bounded spins -----------------------------------------------------------
 // Flag values a kernel leaves for the host.
 enum : int { flag_ok = 0, flag_timeout = 1, flag_aborted = 2, flag_bad_status = 3 };
-constexpr unsigned spin_budget = 1u << 21;  // consecutive fruitless tries (>= ~100 ns each) before giving up
+// Budget: wall-clock time without progress (%globaltimer, ns), so it means the
+// same under a slow tool (compute-sanitizer) as on a bare GPU.
+constexpr unsigned long long spin_budget_ns = 2000000000ull;  // 2 s without progress, then give up
 constexpr unsigned full_mask = 0xffffffffu;
 
-// Called by a whole warp after a fruitless try; warp-uniform. True: stop (out
-// of budget, or another kernel already gave up and raised `stop_all`).
-__device__ bool warp_give_up(unsigned& tries, int* flag, int* stop_all) {
+__device__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Called by a whole warp after a fruitless try; warp-uniform (lane 0 decides,
+// `since` is lane 0's start of the current fruitless streak, 0 = none; reset
+// it to 0 after progress). True: stop (out of budget, or another kernel
+// already gave up and raised `stop_all`).
+__device__ bool warp_give_up(unsigned long long& since, int* flag, int* stop_all) {
   const unsigned lane = threadIdx.x % 32;
-  int a = 0;
-  if (lane == 0) a = cuda::atomic_ref<int, cuda::thread_scope_device>(*stop_all).load(cuda::std::memory_order_relaxed);
-  a = __shfl_sync(full_mask, a, 0);
-  if (a != 0) {
+  int verdict = 0;  // 0: keep trying, 1: someone else gave up, 2: out of budget
+  if (lane == 0) {
+    if (cuda::atomic_ref<int, cuda::thread_scope_device>(*stop_all).load(cuda::std::memory_order_relaxed) != 0) {
+      verdict = 1;
+    } else {
+      const unsigned long long now = globaltimer_ns();
+      if (since == 0) since = now;
+      else if (now - since > spin_budget_ns) verdict = 2;
+    }
+  }
+  verdict = __shfl_sync(full_mask, verdict, 0);
+  if (verdict == 1) {
     if (lane == 0) atomicCAS(flag, flag_ok, flag_aborted);
     return true;
   }
-  if (++tries > spin_budget) {
+  if (verdict == 2) {
     if (lane == 0) {
       atomicExch(flag, flag_timeout);
       atomicExch(stop_all, 1);
@@ -165,7 +185,7 @@ template <class T>
 __global__ void drain_until_closed_kernel(dflash::device_queue_view<T> q, T* out, unsigned out_cap, unsigned* count,
                                           int* last_status, int* flag, int* stop_all) {
   const unsigned lane = threadIdx.x % 32;
-  unsigned tries = 0;
+  unsigned long long since = 0;
   for (;;) {
     T v{};
     ring_status s;
@@ -176,10 +196,10 @@ __global__ void drain_until_closed_kernel(dflash::device_queue_view<T> q, T* out
     base = __shfl_sync(full_mask, base, 0);
     if (got && base + lane < out_cap) out[base + lane] = v;
     if (s == ring_status::ok) {
-      tries = 0;
+      since = 0;
       continue;
     }
-    if (s == ring_status::closed || warp_give_up(tries, flag, stop_all)) {
+    if (s == ring_status::closed || warp_give_up(since, flag, stop_all)) {
       if (lane == 0) atomicExch(last_status, static_cast<int>(s));
       return;
     }
@@ -194,7 +214,8 @@ __global__ void lap_producer_kernel(dflash::device_queue_view<unsigned> q, unsig
                                     unsigned warps_total, int* flag, int* stop_all) {
   const unsigned lane = threadIdx.x % 32;
   const unsigned p = blockIdx.x * blockDim.x + threadIdx.x;
-  unsigned sent = 0, round = 0, tries = 0;
+  unsigned sent = 0, round = 0;
+  unsigned long long since = 0;
   unsigned mine[3];
   while (__any_sync(full_mask, sent < per_lane)) {
     const unsigned n = min(1 + (lane + round) % 3, per_lane - sent);
@@ -203,7 +224,7 @@ __global__ void lap_producer_kernel(dflash::device_queue_view<unsigned> q, unsig
     if (s == ring_status::ok) {
       sent += n;
       ++round;
-      tries = 0;
+      since = 0;
       continue;
     }
     if (s != ring_status::full) {
@@ -213,7 +234,7 @@ __global__ void lap_producer_kernel(dflash::device_queue_view<unsigned> q, unsig
       }
       break;
     }
-    if (warp_give_up(tries, flag, stop_all)) break;
+    if (warp_give_up(since, flag, stop_all)) break;
   }
   if (lane == 0 && atomicAdd(done, 1u) + 1 == warps_total) q.ctl.close();
 }
@@ -227,7 +248,7 @@ __global__ void gated_fill_kernel(int* buf, int n, int base, const int* gate, in
   __shared__ int open;
   if (threadIdx.x == 0) {
     open = 0;
-    for (unsigned tries = 0; tries < spin_budget; ++tries) {
+    for (const unsigned long long start = globaltimer_ns(); globaltimer_ns() - start < spin_budget_ns;) {
       if (cuda::atomic_ref<const int, cuda::thread_scope_device>(*gate).load(cuda::std::memory_order_acquire) != 0) {
         open = 1;
         break;
@@ -429,8 +450,10 @@ TEST_CASE("packed enqueue rejects bad lengths on the device, reserves nothing, a
   CHECK(out.get(5) == std::vector<int>{0, 1, 8, 9, 10});  // one warp: ring order
 }
 
+// [concurrent]: needs two kernels resident at once; a tool that serialises
+// kernels makes it fail with "TIMED OUT" (never hang).
 TEST_CASE("producer and consumer kernels run concurrently for hundreds of laps: FIFO per producer, then closed",
-          "[device_queue][gpu]") {
+          "[device_queue][gpu][concurrent]") {
   constexpr unsigned blocks = 2, threads = 64, producers = blocks * threads, per_lane = 300;
   constexpr unsigned total = producers * per_lane;  // 38400 items through 100 slots: 384 laps
   for (unsigned consumer_warps : {1u, 4u}) {
@@ -483,7 +506,7 @@ TEST_CASE("producer and consumer kernels run concurrently for hundreds of laps: 
   }
 }
 
-TEST_CASE("stream_token: two items in flight each wait on their own record", "[device_queue][gpu]") {
+TEST_CASE("stream_token: two items in flight each wait on their own record", "[device_queue][gpu][concurrent]") {
   // Producer: item 1, token 1, then item 2 -- which is only written after the
   // consumer has read item 1 (a gate) -- then token 2. A consumer that waited on
   // a later record than item 1's (one shared, re-recorded event) would never
