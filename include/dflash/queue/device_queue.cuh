@@ -9,25 +9,32 @@
 //   v.block_try_push<256>(my_rows, my_count);         // one atomic for the whole block
 //   // from the host, on the producer stream (no host sync):
 //   dflash::enqueue_padded(v, d_rows, max_len, d_lengths, n, d_offsets, d_ticket, d_temp, temp_bytes, s);
-//   dflash::stream_handoff h;  h.produced(producer);  h.consume_after(consumer);
+//   // (lengths checked on the device: a bad batch reserves nothing, ticket says invalid/too_large)
+//   // hand one item from the producer stream to the consumer stream, one event per item:
+//   auto tok = dflash::stream_token::record(producer);  // move it along with the item
+//   tok.wait(consumer);
 //
 // Reservation, wrap-around, full/empty and close are ring_control's (shared
 // with the host twin host_ring and stress-tested on host threads); this file
 // adds only the aggregation (cub::WarpScan / cub::BlockScan offsets), the
-// packed enqueue (cub::DeviceScan on the caller's stream and temp storage) and
-// the stream-ordered hand-off (events + cudaStreamWaitEvent).
+// packed enqueue (cub::DeviceScan on the caller's stream and temp storage; its
+// reserve/copy steps are packed_reserve.hpp, shared with a host twin) and the
+// per-item stream-ordered hand-off (stream_token: one event per item).
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cub/warp/warp_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "dflash/queue/packed_reserve.hpp"
 #include "dflash/queue/ring_control.hpp"
 
 namespace dflash {
@@ -56,18 +63,22 @@ struct device_queue_view {
   T* data;
 
   static constexpr unsigned full_mask = 0xffffffffu;
+  static constexpr unsigned long long max_batch = 0xffffffffull;  ///< a ticket counts in 32 bits
 
   /// Every lane of a full, converged warp calls this with its own n items (n may
   /// be 0). One CAS for the warp; all lanes' items go in, or none. Same status
-  /// on every lane.
+  /// on every lane. The warp's total is summed in 64 bits: past 2^32 - 1 (or
+  /// past the capacity) it is too_large, never wrapped. Debug builds assert
+  /// the full warp (__activemask() == 0xffffffff).
   __device__ ring_status warp_try_push(const T* items, std::uint32_t n) const {
-    using scan = cub::WarpScan<std::uint32_t>;
+    assert(__activemask() == full_mask && "warp_try_push: every lane of a full, converged warp must call it");
+    using scan = cub::WarpScan<unsigned long long>;
     __shared__ typename scan::TempStorage tmp[32];  // one per warp of a <= 1024-thread block
-    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    std::uint32_t offset = 0, total = 0;
-    scan(tmp[warp]).ExclusiveSum(n, offset, total);
+    const unsigned tid = linear_tid(), warp = tid / 32, lane = tid % 32;
+    unsigned long long offset = 0, total = 0;
+    scan(tmp[warp]).ExclusiveSum(static_cast<unsigned long long>(n), offset, total);
     ring_ticket t{ring_status::ok, 0, 0};
-    if (lane == 0) t = ctl.try_reserve_push(total);
+    if (lane == 0) t = reserve(total);
     __syncwarp(full_mask);  // memory order: lane 0 acquired the slots; every lane writes them (shfl alone orders nothing)
     const auto status = static_cast<ring_status>(__shfl_sync(full_mask, static_cast<int>(t.status), 0));
     const unsigned long long first = __shfl_sync(full_mask, t.first, 0);
@@ -75,16 +86,19 @@ struct device_queue_view {
     return status;
   }
 
-  /// Every thread of a 1-D block of BlockThreads threads calls this. One CAS
-  /// for the block; all items or none. Same status on every thread.
+  /// Every thread of a 1-D block of exactly BlockThreads threads calls this
+  /// (asserted in debug builds). One CAS for the block; all items or none.
+  /// Same status on every thread; 64-bit total as in warp_try_push.
   template <int BlockThreads>
   __device__ ring_status block_try_push(const T* items, std::uint32_t n) const {
-    using scan = cub::BlockScan<std::uint32_t, BlockThreads>;
+    assert(blockDim.x == BlockThreads && blockDim.y == 1 && blockDim.z == 1 &&
+           "block_try_push<BlockThreads>: needs a 1-D block of exactly BlockThreads threads");
+    using scan = cub::BlockScan<unsigned long long, BlockThreads>;
     __shared__ typename scan::TempStorage tmp;
     __shared__ ring_ticket ticket;
-    std::uint32_t offset = 0, total = 0;
-    scan(tmp).ExclusiveSum(n, offset, total);
-    if (threadIdx.x == 0) ticket = ctl.try_reserve_push(total);
+    unsigned long long offset = 0, total = 0;
+    scan(tmp).ExclusiveSum(static_cast<unsigned long long>(n), offset, total);
+    if (threadIdx.x == 0) ticket = reserve(total);
     __syncthreads();
     const ring_ticket t = ticket;
     __syncthreads();  // ticket may be reused by the next call
@@ -92,11 +106,13 @@ struct device_queue_view {
     return t.status;
   }
 
-  /// Every lane of a full warp calls this; up to 32 items are reserved with one
-  /// CAS, lane i gets item i. Returns true on the lanes that got an item;
-  /// `status` (same on every lane) is ok, empty or closed.
+  /// Every lane of a full, converged warp calls this (asserted in debug
+  /// builds); up to 32 items are reserved with one CAS, lane i gets item i.
+  /// Returns true on the lanes that got an item; `status` (same on every lane)
+  /// is ok, empty or closed.
   __device__ bool warp_try_pop(T& out, ring_status& status) const {
-    const unsigned lane = threadIdx.x % 32;
+    assert(__activemask() == full_mask && "warp_try_pop: every lane of a full, converged warp must call it");
+    const unsigned lane = linear_tid() % 32;
     ring_ticket t{ring_status::ok, 0, 0};
     if (lane == 0) t = ctl.try_reserve_pop(32);
     __syncwarp(full_mask);  // memory order: lane 0 acquired the published slots; every lane reads them
@@ -116,6 +132,13 @@ struct device_queue_view {
   }
 
  private:
+  __device__ static unsigned linear_tid() {
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  }
+  __device__ ring_ticket reserve(unsigned long long total) const {
+    if (total > max_batch) return {ring_status::too_large, 0, 0};
+    return ctl.try_reserve_push(static_cast<std::uint32_t>(total));
+  }
   __device__ void write(unsigned long long first, const T* items, std::uint32_t n) const {
     for (std::uint32_t j = 0; j < n; ++j) put(first + j, items[j]);
   }
@@ -169,25 +192,38 @@ class device_queue {
 };
 
 namespace detail {
-// One thread: reserve the whole batch (sum of lengths) with one CAS.
+inline constexpr int packed_reserve_threads = 256;
+
+// The reserve step (packed_reserve.hpp): one block folds the lengths
+// (0 <= len <= max_len, 64-bit sum), reduces, and thread 0 reserves the total
+// with one CAS, or reserves nothing and writes why into the ticket.
 template <class T>
-__global__ void packed_reserve_kernel(device_queue_view<T> q, const int* lengths, const int* offsets, int n,
-                                      ring_ticket* ticket) {
-  const int total = n > 0 ? offsets[n - 1] + lengths[n - 1] : 0;
-  *ticket = q.ctl.try_reserve_push(static_cast<std::uint32_t>(total));
+__global__ void __launch_bounds__(packed_reserve_threads)
+    packed_reserve_kernel(device_queue_view<T> q, const int* lengths, int n, int max_len, ring_ticket* ticket) {
+  using reduce = cub::BlockReduce<packed_summary, packed_reserve_threads>;
+  __shared__ typename reduce::TempStorage tmp;
+  packed_summary s{};
+  for (long long b = threadIdx.x; b < n; b += packed_reserve_threads) s = packed_check(s, lengths[b], max_len);
+  s = reduce(tmp).Reduce(s, packed_summary_sum{});
+  if (threadIdx.x == 0) *ticket = packed_reserve_total(q.ctl, s);
 }
 
-// Grid (x: tokens, y: sequences): element t of sequence b goes to position
-// first + offsets[b] + t.
+// The copy step. Grid (x: tokens, y: sequences), grid-stride both ways:
+// element i of sequence b goes to position first + offsets[b] + i. With an ok
+// ticket every length was checked (0..max_len) and the offsets fit int, so
+// the writes cover [first, first + total) exactly once: nothing stays unpublished.
 template <class T>
 __global__ void packed_copy_kernel(device_queue_view<T> q, const T* values, int max_len, const int* lengths,
                                    const int* offsets, int n, const ring_ticket* ticket) {
   const ring_ticket t = *ticket;
   if (t.status != ring_status::ok) return;
-  for (int b = blockIdx.y; b < n; b += gridDim.y)
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < lengths[b]; i += gridDim.x * blockDim.x)
-      q.put(t.first + static_cast<unsigned long long>(offsets[b]) + i,
-            values[static_cast<std::size_t>(b) * max_len + i]);
+  for (long long b = blockIdx.y; b < n; b += gridDim.y) {
+    const long long len = lengths[b];
+    for (long long i = blockIdx.x * 1ll * blockDim.x + threadIdx.x; i < len; i += 1ll * gridDim.x * blockDim.x) {
+      const int bi = static_cast<int>(b), ii = static_cast<int>(i);
+      q.put(packed_position(t, offsets, bi, ii), values[packed_source(max_len, bi, ii)]);
+    }
+  }
 }
 }  // namespace detail
 
@@ -195,43 +231,92 @@ __global__ void packed_copy_kernel(device_queue_view<T> q, const T* values, int 
 /// as one packed run: sequence b lands at ring position ticket.first +
 /// offsets[b]. Everything runs on `stream`; the host never waits.
 /// CUB convention: call first with d_temp == nullptr to get temp_bytes.
-/// `d_offsets` (n ints) and `d_ticket` are caller-owned device outputs; if the
-/// ring had no room (*d_ticket).status is full / too_large / closed and nothing
-/// was written.
+/// `d_offsets` (n ints) and `d_ticket` are caller-owned device outputs.
+///
+/// The lengths are checked on the device, in the reserve step: if one is < 0
+/// or > max_len, (*d_ticket).status is `invalid`; if their sum exceeds INT_MAX
+/// or the ring, `too_large`; if the ring has no room now, `full`; if closed,
+/// `closed`. In each of those cases nothing is reserved and nothing written.
+/// The host-side checks (n, max_len, pending errors, CUB's temp size) all
+/// happen before the first kernel is queued, and once the reserve kernel is
+/// queued the copy kernel is always queued after it, so a reservation is never
+/// left unpublished (which would block every later pop and hide `closed`).
 template <class T>
 void enqueue_padded(device_queue_view<T> q, const T* d_values, int max_len, const int* d_lengths, int n,
                     int* d_offsets, ring_ticket* d_ticket, void* d_temp, std::size_t& temp_bytes,
                     cudaStream_t stream) {
   if (n < 0 || max_len < 0) throw std::invalid_argument("dflash::enqueue_padded: n and max_len must be >= 0");
+  if (d_temp == nullptr) {  // size query only
+    detail::cuda_check(cub::DeviceScan::ExclusiveSum(d_temp, temp_bytes, d_lengths, d_offsets, n, stream),
+                       "cub::DeviceScan::ExclusiveSum (size query)");
+    return;
+  }
+  if (d_ticket == nullptr) throw std::invalid_argument("dflash::enqueue_padded: d_ticket must not be null");
+  // Everything that can throw happens before the reserve kernel is queued:
+  // the launch shapes, an error left pending by earlier work (which the launch
+  // checks below would otherwise report after a reservation), the scan.
+  const dim3 copy_grid(static_cast<unsigned>(std::clamp((max_len + 255ll) / 256, 1ll, 1024ll)),
+                       static_cast<unsigned>(std::clamp(n, 1, 65535)));
+  detail::cuda_check(cudaPeekAtLastError(), "dflash::enqueue_padded: CUDA error pending before the call");
   detail::cuda_check(cub::DeviceScan::ExclusiveSum(d_temp, temp_bytes, d_lengths, d_offsets, n, stream),
                      "cub::DeviceScan::ExclusiveSum");
-  if (d_temp == nullptr) return;  // size query only
-  detail::packed_reserve_kernel<<<1, 1, 0, stream>>>(q, d_lengths, d_offsets, n, d_ticket);
-  detail::cuda_check(cudaGetLastError(), "packed reserve launch");
-  if (n == 0 || max_len == 0) return;
-  const dim3 grid(static_cast<unsigned>((max_len + 255) / 256), static_cast<unsigned>(std::min(n, 65535)));
-  detail::packed_copy_kernel<<<grid, 256, 0, stream>>>(q, d_values, max_len, d_lengths, d_offsets, n, d_ticket);
-  detail::cuda_check(cudaGetLastError(), "packed copy launch");
+  detail::packed_reserve_kernel<<<1, detail::packed_reserve_threads, 0, stream>>>(q, d_lengths, n, max_len, d_ticket);
+  detail::cuda_check(cudaGetLastError(), "packed reserve launch (nothing reserved)");
+  // From here on the ring may hold a reservation: the copy kernel must follow.
+  detail::packed_copy_kernel<<<copy_grid, 256, 0, stream>>>(q, d_values, max_len, d_lengths, d_offsets, n, d_ticket);
+  detail::cuda_check(cudaGetLastError(), "packed copy launch (the ring may now hold an unpublished reservation)");
 }
 
-/// Stream-ordered hand-off: work queued on the consumer stream after
-/// consume_after() starts only once the producer stream reached produced().
-/// The host never blocks.
-class stream_handoff {
+/// A stream-ordered hand-off of ONE item: work queued on a consumer stream
+/// after wait() starts only once the producer stream reached record(). Each
+/// token owns its own event, recorded exactly once, so it travels with its
+/// item: two items in flight, or a producer and a consumer on different host
+/// threads, each wait on their own record (one shared, re-recorded event would
+/// make the consumer wait on whatever record came last). Move-only; the host
+/// never blocks. Destroying a token whose record has not completed is fine
+/// (CUDA releases the event when it completes).
+///
+///   auto tok = dflash::stream_token::record(producer);   // after the item's work
+///   ... move tok along with the item (queue, slot, other thread) ...
+///   tok.wait(consumer);                                    // before the consumer's work
+class stream_token {
  public:
-  stream_handoff() { detail::cuda_check(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming), "cudaEventCreate"); }
-  stream_handoff(const stream_handoff&) = delete;
-  stream_handoff& operator=(const stream_handoff&) = delete;
-  ~stream_handoff() { cudaEventDestroy(ev_); }
+  stream_token() noexcept = default;  ///< empty: holds no record; wait() throws
+  [[nodiscard]] static stream_token record(cudaStream_t producer) {
+    cudaEvent_t ev = nullptr;
+    detail::cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    stream_token t;
+    t.ev_ = ev;  // from here t owns it, also if the record throws
+    detail::cuda_check(cudaEventRecord(t.ev_, producer), "cudaEventRecord");
+    return t;
+  }
+  stream_token(stream_token&& o) noexcept : ev_(o.ev_) { o.ev_ = nullptr; }
+  stream_token& operator=(stream_token&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ev_ = o.ev_;
+      o.ev_ = nullptr;
+    }
+    return *this;
+  }
+  stream_token(const stream_token&) = delete;
+  stream_token& operator=(const stream_token&) = delete;
+  ~stream_token() { reset(); }
 
-  void produced(cudaStream_t producer) { detail::cuda_check(cudaEventRecord(ev_, producer), "cudaEventRecord"); }
-  void consume_after(cudaStream_t consumer) const {
+  /// Queue a wait for this token's record on `consumer` (may be called more than once).
+  void wait(cudaStream_t consumer) const {
+    if (ev_ == nullptr) throw std::logic_error("dflash::stream_token::wait: empty token (never recorded or moved from)");
     detail::cuda_check(cudaStreamWaitEvent(consumer, ev_, 0), "cudaStreamWaitEvent");
   }
+  [[nodiscard]] bool valid() const noexcept { return ev_ != nullptr; }
   [[nodiscard]] cudaEvent_t event() const noexcept { return ev_; }
 
  private:
-  cudaEvent_t ev_{};
+  void reset() noexcept {
+    if (ev_ != nullptr) cudaEventDestroy(ev_);
+    ev_ = nullptr;
+  }
+  cudaEvent_t ev_ = nullptr;
 };
 
 }  // namespace dflash

@@ -44,6 +44,7 @@ enum class ring_status : std::uint8_t {
   empty,      ///< pop: nothing published now (producers may still be writing)
   closed,     ///< push: ring closed; pop: closed and everything consumed
   too_large,  ///< push: more slots requested than the ring has
+  invalid,    ///< push: bad request (a packed length < 0 or > max_len); nothing reserved
 };
 
 struct ring_ticket {
