@@ -58,11 +58,14 @@ inline constexpr std::int32_t anchor_max_seq = (1 << 20) - 1;
 inline constexpr std::uint64_t anchor_no_key = ~std::uint64_t{0};
 
 /// The candidate rule; `mask` and `docs` point at row b (docs may be null).
+/// The fit test is done in 64 bits: `p + block_size` overflows int32 for block sizes near
+/// INT32_MAX, and docs[p + block_size - 1] is read only once the block is known to fit the row.
 [[nodiscard]] DFLASH_HOST_DEVICE constexpr bool is_anchor_candidate(std::int32_t p, std::int32_t seq_len,
                                                                    std::int32_t block_size,
                                                                    const std::uint8_t* mask,
                                                                    const std::int32_t* docs) noexcept {
-  return p + block_size <= seq_len && mask[p] != 0 && (docs == nullptr || docs[p + block_size - 1] == docs[p]);
+  return p >= 0 && static_cast<std::int64_t>(p) + block_size <= seq_len && mask[p] != 0 &&
+         (docs == nullptr || docs[p + block_size - 1] == docs[p]);
 }
 
 namespace detail {
