@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -31,8 +32,27 @@ struct hidden_shape {
   std::int32_t seq = 0;
   std::int32_t hidden = 0;
 
-  [[nodiscard]] constexpr std::size_t padded_elements() const noexcept {
-    return static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq) * static_cast<std::size_t>(hidden);
+  /// batch * seq * hidden. Throws std::invalid_argument for a negative extent and
+  /// std::overflow_error when the product does not fit size_t (it never wraps).
+  [[nodiscard]] std::size_t padded_elements() const { return checked_elements(1, "hidden_shape::padded_elements"); }
+
+  /// batch * seq * hidden, checked so that the count times `element_bytes` fits size_t and ptrdiff_t
+  /// (the largest object a span can describe); errors name `op`.
+  [[nodiscard]] std::size_t checked_elements(std::size_t element_bytes, std::string_view op) const {
+    detail::require_non_negative(batch, op, "batch");
+    detail::require_non_negative(seq, op, "seq");
+    detail::require_non_negative(hidden, op, "hidden");
+    const std::string dims = std::to_string(batch) + " * " + std::to_string(seq) + " * " + std::to_string(hidden);
+    const std::size_t bs = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);  // < 2^62: no wrap
+    const std::size_t h = static_cast<std::size_t>(hidden);
+    if (h != 0 && bs > std::numeric_limits<std::size_t>::max() / h)
+      detail::fail_overflow(op, "batch * seq * hidden = " + dims + " overflows size_t");
+    const std::size_t n = bs * h;
+    constexpr auto max_bytes = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max());
+    if (element_bytes != 0 && n > max_bytes / element_bytes)
+      detail::fail_overflow(op, "batch * seq * hidden = " + dims + " elements of " + std::to_string(element_bytes) +
+                                    " bytes overflow the largest object (" + std::to_string(max_bytes) + " bytes)");
+    return n;
   }
 };
 
@@ -41,6 +61,13 @@ inline void check_shape(const hidden_shape& s, std::string_view op) {
   require_non_negative(s.batch, op, "batch");
   require_non_negative(s.seq, op, "seq");
   require(s.hidden > 0, op, "hidden = " + std::to_string(s.hidden) + " must be positive");
+}
+
+/// check_shape plus the element count of T's, which must not wrap: returns batch * seq * hidden.
+template <class T>
+[[nodiscard]] std::size_t check_shape_elements(const hidden_shape& s, std::string_view op) {
+  check_shape(s, op);
+  return s.checked_elements(sizeof(T), op);
 }
 
 /// Checks cu (batch+1 entries, starts at 0, steps in [0, seq]); returns the token count.
@@ -79,8 +106,8 @@ std::int32_t pack_hidden_states(std::span<const T> padded, const hidden_shape& s
                                 std::span<std::int32_t> cu, profiler_ref<P> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "pack_hidden_states";
-  detail::check_shape(shape, op);
-  detail::require_size(padded.size(), shape.padded_elements(), op, "padded");
+  const std::size_t elements = detail::check_shape_elements<T>(shape, op);
+  detail::require_size(padded.size(), elements, op, "padded");
   detail::require_size(lengths.size(), static_cast<std::size_t>(shape.batch), op, "lengths");
   const std::int32_t total = detail::checked_total(lengths, shape.seq, op);
   const std::size_t h = static_cast<std::size_t>(shape.hidden);
@@ -107,8 +134,8 @@ void unpack_hidden_states(std::span<const T> packed, std::span<const std::int32_
                           std::span<T> padded, profiler_ref<P> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "unpack_hidden_states";
-  detail::check_shape(shape, op);
-  detail::require_size(padded.size(), shape.padded_elements(), op, "padded");
+  const std::size_t elements = detail::check_shape_elements<T>(shape, op);
+  detail::require_size(padded.size(), elements, op, "padded");
   const std::int32_t total = detail::check_cu_seqlens(cu, shape, op);
   const std::size_t h = static_cast<std::size_t>(shape.hidden);
   detail::require(packed.size() >= static_cast<std::size_t>(total) * h, op,
