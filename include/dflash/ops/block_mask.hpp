@@ -109,8 +109,10 @@ struct block_mask_mod {
                                                                   const std::int32_t* anchors, const std::uint8_t* keep,
                                                                   const std::int32_t* pos) noexcept {
   const std::int32_t nq = p.num_queries(), nkv = p.num_kv();
-  const std::int32_t q0 = qt * t.q, q1 = q0 + t.q < nq ? q0 + t.q : nq;
-  const std::int32_t k0 = kt * t.kv, k1 = k0 + t.kv < nkv ? k0 + t.kv : nkv;
+  // qt < tiles_for(nq, t.q) keeps q0 < nq; the tile's end is clipped without forming q0 + t.q,
+  // which overflows int32 for tiles near INT32_MAX (likewise for kv).
+  const std::int32_t q0 = qt * t.q, q1 = t.q < nq - q0 ? q0 + t.q : nq;
+  const std::int32_t k0 = kt * t.kv, k1 = t.kv < nkv - k0 ? k0 + t.kv : nkv;
   std::int64_t allowed = 0;
   for (std::int32_t i = q0 / p.block_size; i * p.block_size < q1; ++i) {
     const std::int32_t r0 = i * p.block_size > q0 ? i * p.block_size : q0;
@@ -123,8 +125,10 @@ struct block_mask_mod {
   return allowed == static_cast<std::int64_t>(q1 - q0) * (k1 - k0) ? tile_kind::full : tile_kind::partial;
 }
 
-[[nodiscard]] constexpr std::int32_t tiles_for(std::int32_t n, std::int32_t tile) noexcept {
-  return (n + tile - 1) / tile;
+/// ceil(n / tile) for n >= 0, tile > 0, computed in 64 bits: (n + tile - 1) overflows int32 for
+/// tiles near INT32_MAX. The result is at most n, so it fits int32.
+[[nodiscard]] DFLASH_HOST_DEVICE constexpr std::int32_t tiles_for(std::int32_t n, std::int32_t tile) noexcept {
+  return static_cast<std::int32_t>((static_cast<std::int64_t>(n) + tile - 1) / tile);
 }
 
 /// Caller-owned output arrays of the block-sparse form (host or device memory).
@@ -293,9 +297,12 @@ template <class MaskMod>
 [[nodiscard]] dense_mask expand_block_mask(const block_sparse_mask& m, MaskMod&& mod) {
   dense_mask d{m.params.num_queries(), m.params.num_kv(), {}};
   d.allowed.assign(static_cast<std::size_t>(d.rows) * static_cast<std::size_t>(d.cols), 0);
+  auto end = [](std::int32_t i, std::int32_t tile, std::int32_t n) {  // min(n, (i + 1) * tile) without overflow
+    return static_cast<std::int32_t>(std::min<std::int64_t>(n, (static_cast<std::int64_t>(i) + 1) * tile));
+  };
   auto fill = [&](std::int32_t qt, std::int32_t kt, bool partial) {
-    for (std::int32_t q = qt * m.tile.q; q < std::min(d.rows, (qt + 1) * m.tile.q); ++q)
-      for (std::int32_t kv = kt * m.tile.kv; kv < std::min(d.cols, (kt + 1) * m.tile.kv); ++kv)
+    for (std::int32_t q = qt * m.tile.q; q < end(qt, m.tile.q, d.rows); ++q)
+      for (std::int32_t kv = kt * m.tile.kv; kv < end(kt, m.tile.kv, d.cols); ++kv)
         d.allowed[static_cast<std::size_t>(q) * static_cast<std::size_t>(d.cols) + static_cast<std::size_t>(kv)] =
             partial ? static_cast<bool>(mod(q, kv)) : true;
   };
