@@ -187,3 +187,28 @@ TEST_CASE("tile sizes near INT32_MAX: one tile per axis, the same mask as the or
   CHECK(classify_tile({big_s, 1, 1, 0}, {1, 1 << 30}, 0, 0, a1, k1, pos3) == tile_kind::partial);
   CHECK(classify_tile({big_s, 1, 1, 0}, {1, 1 << 30}, 0, 1, a1, k1, pos3) == tile_kind::partial);
 }
+
+TEST_CASE("expand_block_mask rejects a mod built from other inputs than the mask", "[block_mask][api]") {
+  // Before: any block_mask_mod was trusted, and one built from other anchors / keep / pos / params
+  // expanded to a wrong mask with no error.
+  const block_mask_params p{8, 2, 2, 2};
+  const ivec doc{0, 0, 0, 1, 1, 1, 1, 1}, pos{0, 1, 2, 0, 1, 2, 3, 4}, anchors{2, 6};
+  const bvec keep{1, 1};
+  const block_sparse_mask m = build_block_mask(p, {2, 4}, doc, pos, anchors, keep);
+  const dense_mask want = dense_block_mask(p, doc, anchors, keep);
+  CHECK(expand_block_mask(m, block_mask_mod{p, anchors.data(), keep.data(), pos.data()}) == want);
+  const ivec other_anchors{2, 7}, other_pos{0, 1, 2, 3, 4, 5, 6, 7}, junk_anchors{2, -9};
+  const bvec other_keep{1, 0};
+  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, other_anchors.data(), keep.data(), pos.data()}),
+                    Catch::Contains("anchors[1] = 7") && Catch::Contains("other inputs"));
+  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, anchors.data(), other_keep.data(), pos.data()}),
+                    Catch::Contains("keep[1]"));
+  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, anchors.data(), keep.data(), other_pos.data()}),
+                    Catch::Contains("pos[3] = 3"));
+  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{{8, 2, 2, 0}, anchors.data(), keep.data(), pos.data()}),
+                    Catch::Contains("params"));
+  CHECK_THROWS_AS(expand_block_mask(m, block_mask_mod{p, nullptr, nullptr, nullptr}), std::invalid_argument);
+  // An invalid slot's anchor is ignored by the rule, so a different junk value there is the same mask.
+  const block_sparse_mask m2 = build_block_mask(p, {2, 4}, doc, pos, anchors, other_keep);
+  CHECK_NOTHROW(expand_block_mask(m2, block_mask_mod{p, junk_anchors.data(), other_keep.data(), pos.data()}));
+}
