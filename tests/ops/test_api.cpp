@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <dflash/ops.hpp>
 
+#include <algorithm>
 #include <array>
 #include <random>
 #include <span>
@@ -196,4 +197,22 @@ TEST_CASE("the mask carries its element rule: expand_block_mask needs no hand-bu
   hand.bind_rule(anchors, keep, d);
   CHECK(expand_block_mask(hand) == want);
   CHECK(expand_block_mask(hand, block_mask_mod{p, anchors.data(), keep.data(), d.pos.data()}) == want);
+}
+
+TEST_CASE("the guide's ops snippet compiles and agrees with the oracle", "[api]") {
+  namespace ops = dflash::ops;
+  const ivec lengths{40, 30};
+  const std::int32_t S = 70, N = 8;
+  const std::uint64_t seed = 9;
+  const bvec loss_mask(70, 1);
+  ivec anchors(8);
+  bvec keep(8);
+  // --- as in docs/guide.md, section 4 ---
+  const ops::doc_ids_result docs = ops::doc_ids(lengths);                 // packed layout
+  ops::select_anchors({16, N, seed}, docs, loss_mask, anchors, keep);     // one packed context
+  const ops::block_sparse_mask mask = ops::build_block_mask({S, N, 16, 0}, {128, 128}, docs, anchors, keep);
+  const ops::dense_mask dense = ops::expand_block_mask(mask);             // no hand-built mod
+  // ---
+  CHECK(dense == ops::dense_block_mask({S, N, 16, 0}, docs, anchors, keep));
+  CHECK(std::count(keep.begin(), keep.end(), 1) == 8);
 }
