@@ -6,7 +6,12 @@
 // ops::build_block_mask. No temp storage.
 //
 // Preconditions on device data: d_pos is the context's position-within-
-// document (ops::doc_ids), valid anchors lie in [0, context_len).
+// document (the packed layout's pos: ops::doc_ids / packed_docs::pos), valid
+// anchors lie in [0, context_len).
+//
+// To use the result on the host as a block_sparse_mask: build into
+// block_sparse_mask::allocate(p, t)'s layout, copy the four arrays back, then
+// mask.bind_rule(anchors, keep, pos) so mod() / expand_block_mask work.
 
 #include <cub/block/block_scan.cuh>
 
