@@ -6,6 +6,7 @@
 #include "dflash/ops/batched_readback.hpp"
 #include "dflash/ops/bf16.hpp"
 #include "dflash/ops/block_mask.hpp"
+#include "dflash/ops/doc_layout.hpp"
 #include "dflash/ops/doc_ids.hpp"
 #include "dflash/ops/keys.hpp"
 #include "dflash/ops/pack_hidden_states.hpp"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -197,6 +198,38 @@ TEST_CASE("select_anchors records under the anchors key", "[anchors][profile]") 
   bvec keep(1);
   select_anchors({1, 1, 0}, 1, 1, ivec{1}, bvec{1}, {}, anchors, keep, dflash::profiler_ref(prof));
   CHECK(prof.snapshot().find("anchors")->count == 1);
+  CHECK(anchors == ivec{0});
+  CHECK(keep == bvec{1});
+}
+
+TEST_CASE("select_anchors with block_size near INT32_MAX: no block fits, nothing overflows or reads past the row",
+          "[anchors][limits]") {
+  // Before the fix `p + block_size <= seq_len` overflowed: INT32_MAX gave anchors {1, 2, 6, 7}, all kept,
+  // and with doc ids the document check read doc_ids[p + block_size - 1], far outside the row.
+  const bvec mask(10, 1);
+  const ivec doc{0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+  constexpr std::int32_t max = std::numeric_limits<std::int32_t>::max();
+  for (const std::int32_t B : {max, max - 1, max - 5, max - 10, 1 << 30, 11}) {
+    INFO("block_size " << B);
+    ivec anchors(4, -1);
+    bvec keep(4, 9);
+    select_anchors({B, 4, 3}, 1, 10, ivec{10}, mask, {}, anchors, keep);
+    CHECK(anchors == ivec{0, 0, 0, 0});
+    CHECK(keep == bvec{0, 0, 0, 0});
+    std::fill(anchors.begin(), anchors.end(), -1);
+    select_anchors({B, 4, 3}, 1, 10, ivec{10}, mask, doc, anchors, keep);
+    CHECK(anchors == ivec{0, 0, 0, 0});
+    CHECK(keep == bvec{0, 0, 0, 0});
+  }
+  // The predicate itself, at the edges: a block that exactly fits is a candidate.
+  const std::uint8_t ones[4] = {1, 1, 1, 1};
+  CHECK(is_anchor_candidate(0, 4, 4, ones, nullptr));
+  CHECK_FALSE(is_anchor_candidate(1, 4, 4, ones, nullptr));
+  CHECK_FALSE(is_anchor_candidate(3, 4, max, ones, nullptr));
+  CHECK_FALSE(is_anchor_candidate(0, 0, max, ones, nullptr));
+  ivec anchors(1);
+  bvec keep(1);
+  select_anchors({10, 1, 3}, 1, 10, ivec{10}, mask, {}, anchors, keep);
   CHECK(anchors == ivec{0});
   CHECK(keep == bvec{1});
 }

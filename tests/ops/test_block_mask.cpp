@@ -3,6 +3,7 @@
 #include <dflash/ops/doc_ids.hpp>
 #include <dflash/profile.hpp>
 
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -155,4 +156,59 @@ TEST_CASE("build_block_mask records under the block_mask key", "[block_mask][pro
   dflash::AccumulatingProfiler<dflash::ops::keys> prof;
   (void)build_block_mask({2, 1, 1, 0}, {}, ivec{0, 0}, ivec{0, 1}, ivec{1}, bvec{1}, dflash::profiler_ref(prof));
   CHECK(prof.snapshot().find("block_mask")->count == 1);
+}
+
+TEST_CASE("tile sizes near INT32_MAX: one tile per axis, the same mask as the oracle", "[block_mask][limits]") {
+  // Before the fix tiles_for(n, tile) = (n + tile - 1) / tile overflowed: 0 x 0 tiles, everything masked, no error.
+  constexpr std::int32_t max = std::numeric_limits<std::int32_t>::max();
+  CHECK(tiles_for(1, max) == 1);
+  CHECK(tiles_for(max, max) == 1);
+  CHECK(tiles_for(max, 1) == max);
+  CHECK(tiles_for(max, max - 1) == 2);
+  CHECK(tiles_for(0, max) == 0);
+  const block_mask_params p{8, 2, 2, 2};
+  const ivec doc{0, 0, 0, 1, 1, 1, 1, 1}, pos{0, 1, 2, 0, 1, 2, 3, 4}, anchors{2, 6};
+  const bvec keep{1, 1};
+  const dense_mask want = dense_block_mask(p, doc, anchors, keep);
+  const tile_shape shapes[] = {{max, max}, {max, 1}, {1, max}, {max - 1, 3}, {1 << 30, 1 << 30}, {3, max - 2}};
+  for (const tile_shape t : shapes) {
+    INFO("tile " << t.q << " x " << t.kv);
+    const block_sparse_mask m = build_block_mask(p, t, doc, pos, anchors, keep);
+    CHECK(m.num_q_tiles == (4 + std::int64_t{t.q} - 1) / t.q);  // 4 queries
+    CHECK(m.num_kv_tiles == (12 + std::int64_t{t.kv} - 1) / t.kv);  // 12 kv
+    CHECK(expand_block_mask(m, block_mask_mod{p, anchors.data(), keep.data(), pos.data()}) == want);
+  }
+  // A context that needs two tiles of ~2^30 must not overflow the tile's end (q0 + tile).
+  const std::int32_t big_s = (1 << 30) + 5;
+  CHECK(tiles_for(big_s, 1 << 30) == 2);
+  const std::int32_t a1[1] = {2}, pos3[3] = {0, 1, 2};
+  const std::uint8_t k1[1] = {1};
+  // One block of 1 anchored at 2: context [0, 2) in kv tile 0, its own kv S in kv tile 1 = [2^30, S + 1).
+  CHECK(classify_tile({big_s, 1, 1, 0}, {1, 1 << 30}, 0, 0, a1, k1, pos3) == tile_kind::partial);
+  CHECK(classify_tile({big_s, 1, 1, 0}, {1, 1 << 30}, 0, 1, a1, k1, pos3) == tile_kind::partial);
+}
+
+TEST_CASE("expand_block_mask rejects a mod built from other inputs than the mask", "[block_mask][api]") {
+  // Before: any block_mask_mod was trusted, and one built from other anchors / keep / pos / params
+  // expanded to a wrong mask with no error.
+  const block_mask_params p{8, 2, 2, 2};
+  const ivec doc{0, 0, 0, 1, 1, 1, 1, 1}, pos{0, 1, 2, 0, 1, 2, 3, 4}, anchors{2, 6};
+  const bvec keep{1, 1};
+  const block_sparse_mask m = build_block_mask(p, {2, 4}, doc, pos, anchors, keep);
+  const dense_mask want = dense_block_mask(p, doc, anchors, keep);
+  CHECK(expand_block_mask(m, block_mask_mod{p, anchors.data(), keep.data(), pos.data()}) == want);
+  const ivec other_anchors{2, 7}, other_pos{0, 1, 2, 3, 4, 5, 6, 7}, junk_anchors{2, -9};
+  const bvec other_keep{1, 0};
+  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, other_anchors.data(), keep.data(), pos.data()}),
+                    Catch::Contains("anchors[1] = 7") && Catch::Contains("other inputs"));
+  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, anchors.data(), other_keep.data(), pos.data()}),
+                    Catch::Contains("keep[1]"));
+  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, anchors.data(), keep.data(), other_pos.data()}),
+                    Catch::Contains("pos[3] = 3"));
+  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{{8, 2, 2, 0}, anchors.data(), keep.data(), pos.data()}),
+                    Catch::Contains("params"));
+  CHECK_THROWS_AS(expand_block_mask(m, block_mask_mod{p, nullptr, nullptr, nullptr}), std::invalid_argument);
+  // An invalid slot's anchor is ignored by the rule, so a different junk value there is the same mask.
+  const block_sparse_mask m2 = build_block_mask(p, {2, 4}, doc, pos, anchors, other_keep);
+  CHECK_NOTHROW(expand_block_mask(m2, block_mask_mod{p, junk_anchors.data(), other_keep.data(), pos.data()}));
 }

@@ -1,5 +1,8 @@
 // Every op on the device against its host twin, bit for bit.
 // Runs where a CUDA device exists; elsewhere gpu_test_main reports "skipped".
+// Every output buffer (and every temp buffer) is poisoned with 0xAB bytes on the op's stream
+// before the op runs, so an element a kernel fails to write cannot pass as a lucky zero from
+// cudaMalloc: int32 0xABABABAB and uint8 0xAB are never valid outputs here.
 #include <catch2/catch.hpp>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -13,6 +16,8 @@
 #include <dflash/profile.hpp>
 
 #include <cstring>
+#include <limits>
+#include <stdexcept>
 #include <random>
 #include <vector>
 
@@ -44,6 +49,12 @@ struct dbuf {
     return v;
   }
 };
+
+/// Fill with 0xAB bytes, stream-ordered before the op that follows on `s`.
+template <class T>
+void poison(const dbuf<T>& b, cudaStream_t s) {
+  if (b.n) ok(cudaMemsetAsync(b.p, 0xAB, b.n * sizeof(T), s));
+}
 
 struct stream_guard {
   cudaStream_t s{};
@@ -79,6 +90,9 @@ TEST_CASE("gpu doc_ids == host doc_ids", "[gpu][doc_ids]") {
     dbuf<std::int32_t> d_len(lengths), d_doc(host.doc_id.size()), d_pos(host.pos.size());
     const std::size_t bytes = gpu::doc_ids_temp_bytes(n_docs, n_tokens);
     dbuf<std::byte> temp(bytes);
+    poison(d_doc, st.s);
+    poison(d_pos, st.s);
+    poison(temp, st.s);
     gpu::doc_ids(d_len.p, n_docs, d_doc.p, d_pos.p, n_tokens, temp.p, bytes, st.s);
     ok(cudaStreamSynchronize(st.s));
     REQUIRE(d_doc.get() == host.doc_id);
@@ -109,12 +123,15 @@ void check_pack(hidden_shape s, std::size_t misalign, unsigned seed) {
   dbuf<std::int32_t> d_len(lengths), d_cu(cu.size());
   const std::size_t bytes = gpu::cu_seqlens_temp_bytes(s.batch);
   dbuf<std::byte> temp(bytes);
+  poison(d_cu, st.s);
+  poison(temp, st.s);
+  poison(d_packed, st.s);
+  poison(d_back, st.s);  // garbage: unpack must overwrite every element, padding included
   gpu::cu_seqlens(d_len.p, s.batch, d_cu.p, temp.p, bytes, st.s);
   auto* dp = reinterpret_cast<Device*>(d_padded.p + misalign);
   auto* dk = reinterpret_cast<Device*>(d_packed.p + misalign);
   auto* db = reinterpret_cast<Device*>(d_back.p + misalign);
   gpu::pack_hidden_states<Device>(dp, s, d_cu.p, dk, st.s);
-  if (d_back.n) ok(cudaMemsetAsync(d_back.p, 0xAB, d_back.n * sizeof(Host), st.s));  // garbage unpack must overwrite
   gpu::unpack_hidden_states<Device>(dk, d_cu.p, s, db, st.s);
   ok(cudaStreamSynchronize(st.s));
   REQUIRE(d_cu.get() == cu);
@@ -160,6 +177,8 @@ TEST_CASE("gpu pack/unpack of an under-aligned 4-byte type at a 2 mod 4 address"
   REQUIRE(reinterpret_cast<std::uintptr_t>(dp) % 4 == 2);
   ok(cudaMemcpy(dp, padded.data(), padded.size() * sizeof(bf16_pair), cudaMemcpyHostToDevice));
   dbuf<std::int32_t> d_cu(cu);
+  poison(d_packed, st.s);
+  poison(d_back, st.s);
   gpu::pack_hidden_states<bf16_pair>(dp, s, d_cu.p, dk, st.s);
   gpu::unpack_hidden_states<bf16_pair>(dk, d_cu.p, s, db, st.s);
   ok(cudaStreamSynchronize(st.s));
@@ -172,7 +191,14 @@ TEST_CASE("gpu pack/unpack of an under-aligned 4-byte type at a 2 mod 4 address"
 
 TEST_CASE("gpu batched read-back: one copy brings slots and staged scalars", "[gpu][readback]") {
   stream_guard st;
-  gpu::cuda_batched_readback rb(100);
+  gpu::cuda_batched_readback rb(100);  // depth 2: two pinned host buffers
+  // Poison the staging slots and, through two submits, both host buffers: the real submit below
+  // reuses host buffer 0, so a slot it fails to copy would read back as 0xAB bytes.
+  ok(cudaMemsetAsync(rb.slot<std::uint64_t>(0), 0xAB, rb.bytes(), st.s));
+  const auto p0 = rb.submit(st.s);
+  const auto p1 = rb.submit(st.s);
+  CHECK(p0.get<std::uint64_t>(99) == 0xABABABABABABABABull);
+  CHECK(p1.get<std::uint64_t>(0) == 0xABABABABABABABABull);
   write_loss<<<1, 1, 0, st.s>>>(rb.slot<float>(0), 2.5f);
   ivec counts(99);
   for (int i = 0; i < 99; ++i) counts[static_cast<std::size_t>(i)] = i * 7 - 3;
@@ -197,7 +223,8 @@ TEST_CASE("gpu batched read-back: one copy brings slots and staged scalars", "[g
 TEST_CASE("gpu block mask == host block mask", "[gpu][block_mask]") {
   stream_guard st;
   std::mt19937 rng(21);
-  const tile_shape tiles[] = {{128, 128}, {16, 64}, {1, 1}, {5, 300}};
+  constexpr std::int32_t max = std::numeric_limits<std::int32_t>::max();
+  const tile_shape tiles[] = {{128, 128}, {16, 64}, {1, 1}, {5, 300}, {max, max}, {max - 1, 7}};  // last two: one tile
   for (int iter = 0; iter < 60; ++iter) {
     const ivec lengths = ops_test::random_lengths(rng, std::uniform_int_distribution<std::size_t>(1, 12)(rng), 800);
     auto d = doc_ids(lengths);
@@ -212,12 +239,16 @@ TEST_CASE("gpu block mask == host block mask", "[gpu][block_mask]") {
       keep.push_back(std::uniform_int_distribution<int>(0, 5)(rng) != 0);
       anchors.push_back(keep.back() ? std::uniform_int_distribution<int>(0, p.context_len - 1)(rng) : 0);
     }
-    const tile_shape t = tiles[iter % 4];
+    const tile_shape t = tiles[iter % 6];
     const auto host = build_block_mask(p, t, d.doc_id, d.pos, anchors, keep);
     dbuf<std::int32_t> d_pos(d.pos), d_anchors(anchors);
     dbuf<std::uint8_t> d_keep(keep);
     dbuf<std::int32_t> nb(host.kv_num_blocks.size()), ix(host.kv_indices.size()), fnb(host.full_kv_num_blocks.size()),
         fix(host.full_kv_indices.size());
+    poison(nb, st.s);
+    poison(ix, st.s);
+    poison(fnb, st.s);
+    poison(fix, st.s);
     gpu::build_block_mask(p, t, d_pos.p, d_anchors.p, d_keep.p, block_sparse_view{nb.p, ix.p, fnb.p, fix.p}, st.s);
     ok(cudaStreamSynchronize(st.s));
     INFO("iter " << iter);
@@ -255,6 +286,9 @@ TEST_CASE("gpu anchors == host anchors for the same seed", "[gpu][anchors]") {
     dbuf<std::uint8_t> d_mask(mask), d_keep(h_keep.size());
     const std::size_t bytes = gpu::anchors_temp_bytes(batch, seq);
     dbuf<std::byte> temp(bytes);
+    poison(d_anchors, st.s);
+    poison(d_keep, st.s);
+    poison(temp, st.s);
     gpu::select_anchors(a, batch, seq, d_lens.p, d_mask.p, docs.empty() ? nullptr : d_docs.p, d_anchors.p, d_keep.p,
                         temp.p, bytes, st.s);
     ok(cudaStreamSynchronize(st.s));
@@ -264,14 +298,52 @@ TEST_CASE("gpu anchors == host anchors for the same seed", "[gpu][anchors]") {
   }
 }
 
+TEST_CASE("gpu anchors with block_size near INT32_MAX: no block fits, as on the host", "[gpu][anchors][limits]") {
+  stream_guard st;
+  constexpr std::int32_t max = std::numeric_limits<std::int32_t>::max();
+  const std::int32_t batch = 2, seq = 10;
+  const ivec lens{10, 7}, docs{0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const bvec mask(20, 1);
+  for (const std::int32_t B : {max, max - 1, max - 9, 1 << 30, 5}) {
+    INFO("block_size " << B);
+    const anchor_params a{B, 4, 3};
+    ivec h_anchors(8);
+    bvec h_keep(8);
+    select_anchors(a, batch, seq, lens, mask, docs, h_anchors, h_keep);
+    dbuf<std::int32_t> d_lens(lens), d_docs(docs), d_anchors(8);
+    dbuf<std::uint8_t> d_mask(mask), d_keep(8);
+    const std::size_t bytes = gpu::anchors_temp_bytes(batch, seq);
+    dbuf<std::byte> temp(bytes);
+    poison(d_anchors, st.s);
+    poison(d_keep, st.s);
+    poison(temp, st.s);
+    gpu::select_anchors(a, batch, seq, d_lens.p, d_mask.p, d_docs.p, d_anchors.p, d_keep.p, temp.p, bytes, st.s);
+    ok(cudaStreamSynchronize(st.s));
+    CHECK(d_anchors.get() == h_anchors);
+    CHECK(d_keep.get() == h_keep);
+    CHECK(h_keep[0] == (B == 5 ? 1 : 0));  // control: blocks of 5 fit (row 0 at 0 and 5)
+  }
+  CHECK_THROWS_AS(gpu::anchors_temp_bytes(1 << 12, anchor_max_seq), std::overflow_error);  // batch * seq > INT_MAX
+}
+
+TEST_CASE("gpu pack/unpack reject a shape whose size wraps size_t", "[gpu][pack][limits]") {
+  stream_guard st;
+  const hidden_shape huge{16, 1 << 30, 1 << 30};
+  CHECK_THROWS_AS(gpu::pack_hidden_states<float>(nullptr, huge, nullptr, nullptr, st.s), std::overflow_error);
+  CHECK_THROWS_AS(gpu::unpack_hidden_states<float>(nullptr, nullptr, huge, nullptr, st.s), std::overflow_error);
+}
+
 TEST_CASE("gpu ops record under the ops keys", "[gpu][profile]") {
   stream_guard st;
   dflash::AccumulatingProfiler<keys> prof;
   dbuf<std::int32_t> len(ivec{2}), doc(2), pos(2);
   const std::size_t bytes = gpu::doc_ids_temp_bytes(1, 2);
   dbuf<std::byte> temp(bytes);
+  poison(doc, st.s);
+  poison(pos, st.s);
   gpu::doc_ids(len.p, 1, doc.p, pos.p, 2, temp.p, bytes, st.s, dflash::profiler_ref(prof));
   ok(cudaStreamSynchronize(st.s));
   CHECK(prof.snapshot().find("doc_ids")->count == 1);
   CHECK(pos.get() == ivec{0, 1});
+  CHECK(doc.get() == ivec{0, 0});
 }

@@ -139,3 +139,31 @@ TEST_CASE("pack and unpack record under their own profiler keys", "[pack][profil
   CHECK(snap.find("pack_hidden_states")->count == 1);
   CHECK(snap.find("unpack_hidden_states")->count == 2);
 }
+
+TEST_CASE("pack_hidden_states: a shape whose element count wraps size_t is an overflow error, not 0 tokens",
+          "[pack][limits]") {
+  // 16 * 2^30 * 2^30 = 2^64 wrapped to 0: an empty `padded` passed the size check and pack returned 0.
+  const hidden_shape huge{16, 1 << 30, 1 << 30};
+  CHECK_THROWS_AS((void)huge.padded_elements(), std::overflow_error);
+  std::vector<float> padded, packed;
+  const ivec lengths(16, 0);
+  ivec cu(17);
+  CHECK_THROWS_AS(pack_hidden_states<float>(padded, huge, lengths, packed, cu), std::overflow_error);
+  CHECK_THROWS_WITH(pack_hidden_states<float>(padded, huge, lengths, packed, cu),
+                    Catch::Contains("pack_hidden_states") && Catch::Contains("batch * seq * hidden"));
+  // 2^62 elements fit size_t, 2^64 bytes of float do not.
+  const hidden_shape bytes_wrap{4, 1 << 30, 1 << 30};
+  ivec cu4(5);
+  CHECK_THROWS_AS(pack_hidden_states<float>(padded, bytes_wrap, ivec(4, 0), packed, cu4), std::overflow_error);
+}
+
+TEST_CASE("unpack_hidden_states: a shape whose element count wraps size_t is an overflow error, not a crash",
+          "[pack][limits]") {
+  // Before the fix the size check passed (0 == 0) and zeroing the padding wrote 2^60 floats.
+  const hidden_shape huge{16, 1 << 30, 1 << 30};
+  std::vector<float> padded, packed;
+  const ivec cu(17, 0);
+  CHECK_THROWS_AS(unpack_hidden_states<float>(packed, cu, huge, padded), std::overflow_error);
+  CHECK_THROWS_WITH(unpack_hidden_states<float>(packed, cu, huge, padded),
+                    Catch::Contains("unpack_hidden_states") && Catch::Contains("batch * seq * hidden"));
+}

@@ -108,8 +108,18 @@ __global__ void __launch_bounds__(Threads)
 }
 }  // namespace detail
 
+namespace detail {
+/// CUB's segmented sort counts items in int: batch * seq must fit.
+inline void check_anchor_cells(std::int32_t batch, std::int32_t seq, std::string_view op) {
+  const std::int64_t cells = static_cast<std::int64_t>(batch) * seq;
+  if (cells > std::numeric_limits<int>::max())
+    ops::detail::fail_overflow(op, "batch * seq = " + std::to_string(cells) + " overflows int");
+}
+}  // namespace detail
+
 [[nodiscard]] inline std::size_t anchors_temp_bytes(std::int32_t batch, std::int32_t seq) {
   ops::detail::check_anchor_args(anchor_params{}, batch, seq, "gpu::select_anchors");
+  detail::check_anchor_cells(batch, seq, "gpu::select_anchors");
   return detail::carve_anchors(nullptr, batch, seq).total;
 }
 
@@ -121,8 +131,8 @@ void select_anchors(const anchor_params& a, std::int32_t batch, std::int32_t seq
   using namespace dflash::literals;
   constexpr std::string_view op = "gpu::select_anchors";
   ops::detail::check_anchor_args(a, batch, seq, op);
+  detail::check_anchor_cells(batch, seq, op);
   const std::int64_t cells = static_cast<std::int64_t>(batch) * seq;
-  ops::detail::require(cells <= std::numeric_limits<int>::max(), op, "batch * seq overflows int");
   auto timer = prof->scope("anchors"_key);
   if (batch == 0 || a.num_anchors == 0) return;
   const std::size_t need = detail::carve_anchors(nullptr, batch, seq).total;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "dflash/config.hpp"
+#include "dflash/ops/doc_layout.hpp"
 #include "dflash/ops/keys.hpp"
 #include "dflash/ops/validate.hpp"
 #include "dflash/profile/null_profiler.hpp"
@@ -58,11 +59,14 @@ inline constexpr std::int32_t anchor_max_seq = (1 << 20) - 1;
 inline constexpr std::uint64_t anchor_no_key = ~std::uint64_t{0};
 
 /// The candidate rule; `mask` and `docs` point at row b (docs may be null).
+/// The fit test is done in 64 bits: `p + block_size` overflows int32 for block sizes near
+/// INT32_MAX, and docs[p + block_size - 1] is read only once the block is known to fit the row.
 [[nodiscard]] DFLASH_HOST_DEVICE constexpr bool is_anchor_candidate(std::int32_t p, std::int32_t seq_len,
                                                                    std::int32_t block_size,
                                                                    const std::uint8_t* mask,
                                                                    const std::int32_t* docs) noexcept {
-  return p + block_size <= seq_len && mask[p] != 0 && (docs == nullptr || docs[p + block_size - 1] == docs[p]);
+  return p >= 0 && static_cast<std::int64_t>(p) + block_size <= seq_len && mask[p] != 0 &&
+         (docs == nullptr || docs[p + block_size - 1] == docs[p]);
 }
 
 namespace detail {
@@ -98,28 +102,50 @@ void select_anchors(const anchor_params& a, std::int32_t batch, std::int32_t seq
   if (!doc_ids.empty())
     for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b)
       for (std::size_t s = 1; s < static_cast<std::size_t>(seq_lens[b]); ++s)
-        if (doc_ids[b * seq + s] < doc_ids[b * seq + s - 1])
+        if (doc_ids[b * static_cast<std::size_t>(seq) + s] < doc_ids[b * static_cast<std::size_t>(seq) + s - 1])
           detail::fail(op, "doc_ids of row " + std::to_string(b) + " decrease at position " + std::to_string(s));
   auto timer = prof->scope("anchors"_key);
-  std::vector<std::uint64_t> keys;
+  std::vector<std::uint64_t> cand;  // candidate keys of one row ("keys" would shadow ops::keys)
   for (std::int32_t b = 0; b < batch; ++b) {
     const std::size_t row = static_cast<std::size_t>(b) * static_cast<std::size_t>(seq);
     const std::uint8_t* mask = loss_mask.data() + row;
     const std::int32_t* docs = doc_ids.empty() ? nullptr : doc_ids.data() + row;
-    keys.clear();
+    cand.clear();
     for (std::int32_t p = 0; p < seq; ++p)
       if (is_anchor_candidate(p, seq_lens[static_cast<std::size_t>(b)], a.block_size, mask, docs))
-        keys.push_back(anchor_key(a.seed, static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(p)));
-    const std::size_t n = std::min(k, keys.size());
-    std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n), keys.end());
+        cand.push_back(anchor_key(a.seed, static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(p)));
+    const std::size_t n = std::min(k, cand.size());
+    std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(n), cand.end());
     std::int32_t* out = anchors.data() + static_cast<std::size_t>(b) * k;
     std::uint8_t* kp = keep.data() + static_cast<std::size_t>(b) * k;
-    for (std::size_t j = 0; j < n; ++j) out[j] = static_cast<std::int32_t>(keys[j] & 0xF'FFFFu);
+    for (std::size_t j = 0; j < n; ++j) out[j] = static_cast<std::int32_t>(cand[j] & 0xF'FFFFu);
     std::sort(out, out + n);
     std::fill(out + n, out + k, 0);
     std::fill(kp, kp + n, std::uint8_t{1});
     std::fill(kp + n, kp + k, std::uint8_t{0});
   }
+}
+
+/// One packed context (the layout the mask functions take: ops::doc_ids output): batch 1 with
+/// seq = seq_len = docs.size(); loss_mask is [S]; anchors and keep are [num_anchors].
+template <ProfilerPolicy P = NullProfiler>
+void select_anchors(const anchor_params& a, const packed_docs& docs, std::span<const std::uint8_t> loss_mask,
+                    std::span<std::int32_t> anchors, std::span<std::uint8_t> keep, profiler_ref<P> prof = {}) {
+  constexpr std::string_view op = "select_anchors";
+  detail::require(docs.size() <= static_cast<std::size_t>(anchor_max_seq), op,
+                  "the packed context has " + std::to_string(docs.size()) + " tokens, more than " +
+                      std::to_string(anchor_max_seq));
+  detail::check_packed_docs(docs, -1, op);
+  const auto s = static_cast<std::int32_t>(docs.size());
+  const std::int32_t seq_lens[1] = {s};
+  select_anchors(a, 1, s, std::span<const std::int32_t>(seq_lens), loss_mask, docs.doc_id, anchors, keep, prof);
+}
+
+/// A padded batch (pad_doc_ids): batch, seq and seq_lens come with the ids.
+template <ProfilerPolicy P = NullProfiler>
+void select_anchors(const anchor_params& a, const padded_doc_ids& docs, std::span<const std::uint8_t> loss_mask,
+                    std::span<std::int32_t> anchors, std::span<std::uint8_t> keep, profiler_ref<P> prof = {}) {
+  select_anchors(a, docs.batch, docs.seq, docs.seq_lens, loss_mask, docs.doc_id, anchors, keep, prof);
 }
 
 /// Per-slot loss weights of a block: slot 0 (the anchor itself) 0, slot k >= 1

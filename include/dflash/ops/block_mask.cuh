@@ -6,7 +6,12 @@
 // ops::build_block_mask. No temp storage.
 //
 // Preconditions on device data: d_pos is the context's position-within-
-// document (ops::doc_ids), valid anchors lie in [0, context_len).
+// document (the packed layout's pos: ops::doc_ids / packed_docs::pos), valid
+// anchors lie in [0, context_len).
+//
+// To use the result on the host as a block_sparse_mask: build into
+// block_sparse_mask::allocate(p, t)'s layout, copy the four arrays back, then
+// mask.bind_rule(anchors, keep, pos) so mod() / expand_block_mask work.
 
 #include <cub/block/block_scan.cuh>
 
@@ -29,8 +34,9 @@ __global__ void __launch_bounds__(Threads)
   std::int32_t* part = out.kv_indices + static_cast<std::size_t>(qt) * nkt;
   std::int32_t* full = out.full_kv_indices + static_cast<std::size_t>(qt) * nkt;
   std::int32_t np = 0, nf = 0;
-  for (std::int32_t base = 0; base < nkt; base += Threads) {
-    const std::int32_t kt = base + static_cast<std::int32_t>(threadIdx.x);
+  for (std::int64_t base = 0; base < nkt; base += Threads) {  // 64-bit: base + Threads may pass INT32_MAX
+    const std::int64_t kt64 = base + threadIdx.x;
+    const std::int32_t kt = kt64 < nkt ? static_cast<std::int32_t>(kt64) : nkt;
     const tile_kind k = kt < nkt ? classify_tile(p, t, qt, kt, anchors, keep, pos) : tile_kind::empty;
     // Both counts in one scan: partial in the low 16 bits, full in the high (a chunk has <= 256 of each).
     const int flag = (k == tile_kind::partial ? 1 : 0) | (k == tile_kind::full ? 1 << 16 : 0);
@@ -42,8 +48,8 @@ __global__ void __launch_bounds__(Threads)
     nf += agg >> 16;
     __syncthreads();  // tmp is reused by the next chunk's scan
   }
-  for (std::int32_t j = np + static_cast<std::int32_t>(threadIdx.x); j < nkt; j += Threads) part[j] = 0;
-  for (std::int32_t j = nf + static_cast<std::int32_t>(threadIdx.x); j < nkt; j += Threads) full[j] = 0;
+  for (std::int64_t j = np + static_cast<std::int64_t>(threadIdx.x); j < nkt; j += Threads) part[j] = 0;
+  for (std::int64_t j = nf + static_cast<std::int64_t>(threadIdx.x); j < nkt; j += Threads) full[j] = 0;
   if (threadIdx.x == 0) {
     out.kv_num_blocks[qt] = np;
     out.full_kv_num_blocks[qt] = nf;

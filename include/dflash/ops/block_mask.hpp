@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "dflash/config.hpp"
+#include "dflash/ops/doc_layout.hpp"
 #include "dflash/ops/keys.hpp"
 #include "dflash/ops/validate.hpp"
 #include "dflash/profile/null_profiler.hpp"
@@ -49,11 +50,13 @@ struct block_mask_params {
 
   [[nodiscard]] DFLASH_HOST_DEVICE constexpr std::int32_t num_queries() const noexcept { return num_blocks * block_size; }
   [[nodiscard]] DFLASH_HOST_DEVICE constexpr std::int32_t num_kv() const noexcept { return context_len + num_queries(); }
+  friend constexpr bool operator==(const block_mask_params&, const block_mask_params&) = default;
 };
 
 struct tile_shape {
   std::int32_t q = 128;
   std::int32_t kv = 128;
+  friend constexpr bool operator==(const tile_shape&, const tile_shape&) = default;
 };
 
 enum class tile_kind : std::uint8_t { empty, partial, full };
@@ -109,8 +112,10 @@ struct block_mask_mod {
                                                                   const std::int32_t* anchors, const std::uint8_t* keep,
                                                                   const std::int32_t* pos) noexcept {
   const std::int32_t nq = p.num_queries(), nkv = p.num_kv();
-  const std::int32_t q0 = qt * t.q, q1 = q0 + t.q < nq ? q0 + t.q : nq;
-  const std::int32_t k0 = kt * t.kv, k1 = k0 + t.kv < nkv ? k0 + t.kv : nkv;
+  // qt < tiles_for(nq, t.q) keeps q0 < nq; the tile's end is clipped without forming q0 + t.q,
+  // which overflows int32 for tiles near INT32_MAX (likewise for kv).
+  const std::int32_t q0 = qt * t.q, q1 = t.q < nq - q0 ? q0 + t.q : nq;
+  const std::int32_t k0 = kt * t.kv, k1 = t.kv < nkv - k0 ? k0 + t.kv : nkv;
   std::int64_t allowed = 0;
   for (std::int32_t i = q0 / p.block_size; i * p.block_size < q1; ++i) {
     const std::int32_t r0 = i * p.block_size > q0 ? i * p.block_size : q0;
@@ -123,8 +128,10 @@ struct block_mask_mod {
   return allowed == static_cast<std::int64_t>(q1 - q0) * (k1 - k0) ? tile_kind::full : tile_kind::partial;
 }
 
-[[nodiscard]] constexpr std::int32_t tiles_for(std::int32_t n, std::int32_t tile) noexcept {
-  return (n + tile - 1) / tile;
+/// ceil(n / tile) for n >= 0, tile > 0, computed in 64 bits: (n + tile - 1) overflows int32 for
+/// tiles near INT32_MAX. The result is at most n, so it fits int32.
+[[nodiscard]] DFLASH_HOST_DEVICE constexpr std::int32_t tiles_for(std::int32_t n, std::int32_t tile) noexcept {
+  return static_cast<std::int32_t>((static_cast<std::int64_t>(n) + tile - 1) / tile);
 }
 
 /// Caller-owned output arrays of the block-sparse form (host or device memory).
@@ -133,33 +140,6 @@ struct block_sparse_view {
   std::int32_t* kv_indices;          ///< [num_q_tiles * num_kv_tiles]
   std::int32_t* full_kv_num_blocks;  ///< [num_q_tiles]
   std::int32_t* full_kv_indices;     ///< [num_q_tiles * num_kv_tiles]
-};
-
-/// Owning block-sparse mask (host).
-struct block_sparse_mask {
-  block_mask_params params;
-  tile_shape tile;
-  std::int32_t num_q_tiles = 0;
-  std::int32_t num_kv_tiles = 0;
-  std::vector<std::int32_t> kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices;
-
-  [[nodiscard]] std::span<const std::int32_t> partial(std::int32_t qt) const {
-    return {kv_indices.data() + static_cast<std::size_t>(qt) * num_kv_tiles,
-            static_cast<std::size_t>(kv_num_blocks[static_cast<std::size_t>(qt)])};
-  }
-  [[nodiscard]] std::span<const std::int32_t> full(std::int32_t qt) const {
-    return {full_kv_indices.data() + static_cast<std::size_t>(qt) * num_kv_tiles,
-            static_cast<std::size_t>(full_kv_num_blocks[static_cast<std::size_t>(qt)])};
-  }
-  [[nodiscard]] tile_kind kind(std::int32_t qt, std::int32_t kt) const {
-    auto has = [kt](std::span<const std::int32_t> s) { return std::binary_search(s.begin(), s.end(), kt); };
-    if (has(full(qt))) return tile_kind::full;
-    if (has(partial(qt))) return tile_kind::partial;
-    return tile_kind::empty;
-  }
-  [[nodiscard]] block_sparse_view view() noexcept {
-    return {kv_num_blocks.data(), kv_indices.data(), full_kv_num_blocks.data(), full_kv_indices.data()};
-  }
 };
 
 /// Dense mask: allowed[q * cols + kv] is 1 where query q may attend kv.
@@ -184,6 +164,11 @@ inline void check_mask_params(const block_mask_params& p, std::string_view op) {
   require(kv <= std::numeric_limits<std::int32_t>::max(), op, "context_len + num_blocks*block_size overflows int32");
 }
 
+inline void check_tiles(tile_shape t, std::string_view op) {
+  require(t.q > 0 && t.kv > 0, op,
+          "tile sizes must be positive (got " + std::to_string(t.q) + " x " + std::to_string(t.kv) + ")");
+}
+
 inline void check_anchors_in_context(const block_mask_params& p, std::span<const std::int32_t> anchors,
                                      std::span<const std::uint8_t> keep, std::string_view op) {
   require_size(anchors.size(), static_cast<std::size_t>(p.num_blocks), op, "anchors");
@@ -193,9 +178,136 @@ inline void check_anchors_in_context(const block_mask_params& p, std::span<const
       fail(op, "anchors[" + std::to_string(i) + "] = " + std::to_string(anchors[i]) + " is outside the context [0, " +
                    std::to_string(p.context_len) + ")");
 }
+
+/// pos is a sequence of positions within documents: 0 at the start, then +1 or a restart at 0.
+inline void check_positions(std::span<const std::int32_t> pos, std::string_view op) {
+  for (std::size_t s = 0; s < pos.size(); ++s)
+    if (pos[s] != 0 && (s == 0 || pos[s] != pos[s - 1] + 1))
+      fail(op, "pos[" + std::to_string(s) + "] = " + std::to_string(pos[s]) + " is not the position within its document");
+}
+
+[[nodiscard]] inline std::string params_string(const block_mask_params& p) {
+  return "{S " + std::to_string(p.context_len) + ", N " + std::to_string(p.num_blocks) + ", B " +
+         std::to_string(p.block_size) + ", window " + std::to_string(p.window) + "}";
+}
 }  // namespace detail
 
+/// Owning block-sparse mask (host), with the element rule's inputs: partial tiles need the rule
+/// (block_mask_mod), so the mask carries what the rule is built from. build_block_mask fills
+/// everything; a mask whose tiles were written elsewhere (e.g. gpu::build_block_mask into view())
+/// gets its rule with bind_rule(). mod() is the rule over the mask's own copy, and
+/// expand_block_mask checks any hand-built mod against it.
+struct block_sparse_mask {
+  block_mask_params params;
+  tile_shape tile;
+  std::int32_t num_q_tiles = 0;
+  std::int32_t num_kv_tiles = 0;
+  std::vector<std::int32_t> kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices;
+
+  /// What the element rule is built from (empty until bound).
+  struct rule_inputs {
+    std::vector<std::int32_t> anchors;  ///< [N]
+    std::vector<std::uint8_t> keep;     ///< [N]
+    std::vector<std::int32_t> pos;      ///< [S] position within document
+    bool bound = false;
+  } rule;
+
+  /// Zeroed arrays sized for (p, t), no rule yet: the target of a builder writing through view().
+  [[nodiscard]] static block_sparse_mask allocate(const block_mask_params& p, tile_shape t) {
+    constexpr std::string_view op = "block_sparse_mask::allocate";
+    detail::check_mask_params(p, op);
+    detail::check_tiles(t, op);
+    block_sparse_mask m;
+    m.params = p;
+    m.tile = t;
+    m.num_q_tiles = tiles_for(p.num_queries(), t.q);
+    m.num_kv_tiles = tiles_for(p.num_kv(), t.kv);
+    const auto nq = static_cast<std::size_t>(m.num_q_tiles), nk = static_cast<std::size_t>(m.num_kv_tiles);
+    m.kv_num_blocks.assign(nq, 0);
+    m.full_kv_num_blocks.assign(nq, 0);
+    m.kv_indices.assign(nq * nk, 0);
+    m.full_kv_indices.assign(nq * nk, 0);
+    return m;
+  }
+
+  /// Copies the rule's inputs into the mask (checked against params: sizes, valid anchors in [0, S),
+  /// pos a sequence of positions within documents).
+  void bind_rule(std::span<const std::int32_t> anchors_in, std::span<const std::uint8_t> keep_in,
+                 std::span<const std::int32_t> pos_in) {
+    constexpr std::string_view op = "block_sparse_mask::bind_rule";
+    detail::check_anchors_in_context(params, anchors_in, keep_in, op);
+    detail::require_size(pos_in.size(), static_cast<std::size_t>(params.context_len), op, "pos");
+    detail::check_positions(pos_in, op);
+    rule.anchors.assign(anchors_in.begin(), anchors_in.end());
+    rule.keep.assign(keep_in.begin(), keep_in.end());
+    rule.pos.assign(pos_in.begin(), pos_in.end());
+    rule.bound = true;
+  }
+  void bind_rule(std::span<const std::int32_t> anchors_in, std::span<const std::uint8_t> keep_in, const packed_docs& docs) {
+    bind_rule(anchors_in, keep_in, docs.pos);
+  }
+  [[nodiscard]] bool has_rule() const noexcept { return rule.bound; }
+
+  /// The element rule over the mask's own inputs (valid while the mask lives and its rule is unchanged).
+  [[nodiscard]] block_mask_mod mod() const {
+    require_rule("block_sparse_mask::mod");
+    return {params, rule.anchors.data(), rule.keep.data(), rule.pos.data()};
+  }
+
+  /// Throws std::invalid_argument unless `m` is this mask's rule: same params, same keep flags,
+  /// same anchors where kept, same pos (the mod's arrays are read for N, N and S elements).
+  void check_mod(const block_mask_mod& m, std::string_view op = "block_sparse_mask::check_mod") const {
+    require_rule(op);
+    if (!(m.params == params))
+      detail::fail(op, "the mod's params " + detail::params_string(m.params) + " are not the mask's " +
+                           detail::params_string(params));
+    const auto n = static_cast<std::size_t>(params.num_blocks), s = static_cast<std::size_t>(params.context_len);
+    detail::require((n == 0 || (m.anchors && m.keep)) && (s == 0 || m.pos), op, "the mod has a null array");
+    for (std::size_t i = 0; i < n; ++i) {
+      if ((m.keep[i] != 0) != (rule.keep[i] != 0))
+        detail::fail(op, "the mod's keep[" + std::to_string(i) + "] = " + std::to_string(m.keep[i]) +
+                             " differs from the mask's " + std::to_string(rule.keep[i]) + " (built from other inputs)");
+      if (rule.keep[i] && m.anchors[i] != rule.anchors[i])
+        detail::fail(op, "the mod's anchors[" + std::to_string(i) + "] = " + std::to_string(m.anchors[i]) +
+                             " differs from the mask's " + std::to_string(rule.anchors[i]) + " (built from other inputs)");
+    }
+    for (std::size_t k = 0; k < s; ++k)
+      if (m.pos[k] != rule.pos[k])
+        detail::fail(op, "the mod's pos[" + std::to_string(k) + "] = " + std::to_string(m.pos[k]) +
+                             " differs from the mask's " + std::to_string(rule.pos[k]) + " (built from other inputs)");
+  }
+
+  [[nodiscard]] std::span<const std::int32_t> partial(std::int32_t qt) const {
+    return {kv_indices.data() + row_offset(qt), static_cast<std::size_t>(kv_num_blocks[static_cast<std::size_t>(qt)])};
+  }
+  [[nodiscard]] std::span<const std::int32_t> full(std::int32_t qt) const {
+    return {full_kv_indices.data() + row_offset(qt),
+            static_cast<std::size_t>(full_kv_num_blocks[static_cast<std::size_t>(qt)])};
+  }
+  [[nodiscard]] tile_kind kind(std::int32_t qt, std::int32_t kt) const {
+    auto has = [kt](std::span<const std::int32_t> s) { return std::binary_search(s.begin(), s.end(), kt); };
+    if (has(full(qt))) return tile_kind::full;
+    if (has(partial(qt))) return tile_kind::partial;
+    return tile_kind::empty;
+  }
+  [[nodiscard]] block_sparse_view view() noexcept {
+    return {kv_num_blocks.data(), kv_indices.data(), full_kv_num_blocks.data(), full_kv_indices.data()};
+  }
+
+ private:
+  [[nodiscard]] std::size_t row_offset(std::int32_t qt) const noexcept {
+    return static_cast<std::size_t>(qt) * static_cast<std::size_t>(num_kv_tiles);
+  }
+  void require_rule(std::string_view op) const {
+    if (!rule.bound)
+      detail::fail(op, "the mask carries no element rule (build it with build_block_mask, or call bind_rule() with "
+                       "the anchors, keep and pos its tiles were built from)");
+  }
+};
+
 /// Reference dense mask, written from the definition (doc ids, not intervals): the test oracle.
+/// Takes ids only (any ids; equal ids = same document); the packed_docs overload below is the
+/// layout every other mask function takes.
 [[nodiscard]] inline dense_mask dense_block_mask(const block_mask_params& p, std::span<const std::int32_t> doc_ids,
                                                  std::span<const std::int32_t> anchors,
                                                  std::span<const std::uint8_t> keep) {
@@ -222,39 +334,37 @@ inline void check_anchors_in_context(const block_mask_params& p, std::span<const
   return m;
 }
 
-/// Host builder into caller-owned arrays. doc_ids/pos are the context's
-/// document ids and positions (ops::doc_ids output): doc ids non-decreasing,
-/// pos restarting at 0 exactly where the id changes (checked). Valid anchors
-/// must lie in [0, S); invalid slots' anchors are ignored.
+/// The dense oracle on the packed layout (checked like build_block_mask's input).
+[[nodiscard]] inline dense_mask dense_block_mask(const block_mask_params& p, const packed_docs& docs,
+                                                 std::span<const std::int32_t> anchors,
+                                                 std::span<const std::uint8_t> keep) {
+  detail::check_mask_params(p, "dense_block_mask");
+  detail::check_packed_docs(docs, p.context_len, "dense_block_mask");
+  return dense_block_mask(p, docs.doc_id, anchors, keep);
+}
+
+/// Host builder into caller-owned arrays. `docs` is the context's packed layout (ops::doc_ids
+/// output): doc ids non-decreasing, pos restarting at 0 exactly where the id changes (checked).
+/// Valid anchors must lie in [0, S); invalid slots' anchors are ignored.
 template <ProfilerPolicy P = NullProfiler>
-void build_block_mask(const block_mask_params& p, tile_shape t, std::span<const std::int32_t> doc_ids,
-                      std::span<const std::int32_t> pos, std::span<const std::int32_t> anchors,
-                      std::span<const std::uint8_t> keep, block_sparse_view out, profiler_ref<P> prof = {}) {
+void build_block_mask(const block_mask_params& p, tile_shape t, const packed_docs& docs,
+                      std::span<const std::int32_t> anchors, std::span<const std::uint8_t> keep, block_sparse_view out,
+                      profiler_ref<P> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "build_block_mask";
   detail::check_mask_params(p, op);
-  detail::require(t.q > 0 && t.kv > 0, op,
-                  "tile sizes must be positive (got " + std::to_string(t.q) + " x " + std::to_string(t.kv) + ")");
-  detail::require_size(doc_ids.size(), static_cast<std::size_t>(p.context_len), op, "doc_ids");
-  detail::require_size(pos.size(), static_cast<std::size_t>(p.context_len), op, "pos");
-  for (std::size_t s = 0; s < doc_ids.size(); ++s) {
-    const bool starts = s == 0 || doc_ids[s] != doc_ids[s - 1];
-    if (s > 0 && doc_ids[s] < doc_ids[s - 1])
-      detail::fail(op, "doc_ids must be non-decreasing (doc_ids[" + std::to_string(s) + "] < doc_ids[" +
-                           std::to_string(s - 1) + "])");
-    if (pos[s] != (starts ? 0 : pos[s - 1] + 1))
-      detail::fail(op, "pos[" + std::to_string(s) + "] = " + std::to_string(pos[s]) +
-                           " is not the position within its document");
-  }
+  detail::check_tiles(t, op);
+  detail::check_packed_docs(docs, p.context_len, op);
   detail::check_anchors_in_context(p, anchors, keep, op);
   auto timer = prof->scope("block_mask"_key);
   const std::int32_t nqt = tiles_for(p.num_queries(), t.q), nkt = tiles_for(p.num_kv(), t.kv);
+  const auto unkt = static_cast<std::size_t>(nkt);
   for (std::int32_t qt = 0; qt < nqt; ++qt) {
     std::int32_t np = 0, nf = 0;
-    std::int32_t* part = out.kv_indices + static_cast<std::size_t>(qt) * nkt;
-    std::int32_t* full = out.full_kv_indices + static_cast<std::size_t>(qt) * nkt;
+    std::int32_t* part = out.kv_indices + static_cast<std::size_t>(qt) * unkt;
+    std::int32_t* full = out.full_kv_indices + static_cast<std::size_t>(qt) * unkt;
     for (std::int32_t kt = 0; kt < nkt; ++kt) {
-      switch (classify_tile(p, t, qt, kt, anchors.data(), keep.data(), pos.data())) {
+      switch (classify_tile(p, t, qt, kt, anchors.data(), keep.data(), docs.pos.data())) {
         case tile_kind::partial: part[np++] = kt; break;
         case tile_kind::full: full[nf++] = kt; break;
         case tile_kind::empty: break;
@@ -267,43 +377,62 @@ void build_block_mask(const block_mask_params& p, tile_shape t, std::span<const 
   }
 }
 
-/// Host builder, allocating the result.
+/// Host builder, allocating the result; the mask carries its element rule (mod()).
+template <ProfilerPolicy P = NullProfiler>
+[[nodiscard]] block_sparse_mask build_block_mask(const block_mask_params& p, tile_shape t, const packed_docs& docs,
+                                                 std::span<const std::int32_t> anchors,
+                                                 std::span<const std::uint8_t> keep, profiler_ref<P> prof = {}) {
+  detail::check_mask_params(p, "build_block_mask");
+  detail::check_tiles(t, "build_block_mask");
+  block_sparse_mask m = block_sparse_mask::allocate(p, t);
+  build_block_mask(p, t, docs, anchors, keep, m.view(), prof);
+  m.bind_rule(anchors, keep, docs.pos);
+  return m;
+}
+
+/// The same builders with the packed layout's two arrays passed apart (the older form).
+template <ProfilerPolicy P = NullProfiler>
+void build_block_mask(const block_mask_params& p, tile_shape t, std::span<const std::int32_t> doc_ids,
+                      std::span<const std::int32_t> pos, std::span<const std::int32_t> anchors,
+                      std::span<const std::uint8_t> keep, block_sparse_view out, profiler_ref<P> prof = {}) {
+  build_block_mask(p, t, packed_docs{doc_ids, pos}, anchors, keep, out, prof);
+}
 template <ProfilerPolicy P = NullProfiler>
 [[nodiscard]] block_sparse_mask build_block_mask(const block_mask_params& p, tile_shape t,
                                                  std::span<const std::int32_t> doc_ids,
                                                  std::span<const std::int32_t> pos,
                                                  std::span<const std::int32_t> anchors,
                                                  std::span<const std::uint8_t> keep, profiler_ref<P> prof = {}) {
-  detail::check_mask_params(p, "build_block_mask");
-  detail::require(t.q > 0 && t.kv > 0, "build_block_mask",
-                  "tile sizes must be positive (got " + std::to_string(t.q) + " x " + std::to_string(t.kv) + ")");
-  block_sparse_mask m{p, t, tiles_for(p.num_queries(), t.q), tiles_for(p.num_kv(), t.kv), {}, {}, {}, {}};
-  const std::size_t nq = static_cast<std::size_t>(m.num_q_tiles);
-  m.kv_num_blocks.resize(nq);
-  m.full_kv_num_blocks.resize(nq);
-  m.kv_indices.resize(nq * static_cast<std::size_t>(m.num_kv_tiles));
-  m.full_kv_indices.resize(nq * static_cast<std::size_t>(m.num_kv_tiles));
-  build_block_mask(p, t, doc_ids, pos, anchors, keep, m.view(), prof);
-  return m;
+  return build_block_mask(p, t, packed_docs{doc_ids, pos}, anchors, keep, prof);
 }
 
-/// Expands a block-sparse mask to dense: full tiles all allowed, partial tiles
-/// by `mod` (e.g. block_mask_mod), every other tile nothing.
-template <class MaskMod>
-[[nodiscard]] dense_mask expand_block_mask(const block_sparse_mask& m, MaskMod&& mod) {
+/// Expands a block-sparse mask to dense with its own element rule: full tiles all allowed,
+/// partial tiles by m.mod(), every other tile nothing. A mask without a rule is an error.
+[[nodiscard]] inline dense_mask expand_block_mask(const block_sparse_mask& m) {
+  const block_mask_mod mod = m.mod();
   dense_mask d{m.params.num_queries(), m.params.num_kv(), {}};
   d.allowed.assign(static_cast<std::size_t>(d.rows) * static_cast<std::size_t>(d.cols), 0);
+  auto end = [](std::int32_t i, std::int32_t tile, std::int32_t n) {  // min(n, (i + 1) * tile) without overflow
+    return static_cast<std::int32_t>(std::min<std::int64_t>(n, (static_cast<std::int64_t>(i) + 1) * tile));
+  };
   auto fill = [&](std::int32_t qt, std::int32_t kt, bool partial) {
-    for (std::int32_t q = qt * m.tile.q; q < std::min(d.rows, (qt + 1) * m.tile.q); ++q)
-      for (std::int32_t kv = kt * m.tile.kv; kv < std::min(d.cols, (kt + 1) * m.tile.kv); ++kv)
+    for (std::int32_t q = qt * m.tile.q; q < end(qt, m.tile.q, d.rows); ++q)
+      for (std::int32_t kv = kt * m.tile.kv; kv < end(kt, m.tile.kv, d.cols); ++kv)
         d.allowed[static_cast<std::size_t>(q) * static_cast<std::size_t>(d.cols) + static_cast<std::size_t>(kv)] =
-            partial ? static_cast<bool>(mod(q, kv)) : true;
+            partial ? mod(q, kv) : true;
   };
   for (std::int32_t qt = 0; qt < m.num_q_tiles; ++qt) {
     for (std::int32_t kt : m.full(qt)) fill(qt, kt, false);
     for (std::int32_t kt : m.partial(qt)) fill(qt, kt, true);
   }
   return d;
+}
+
+/// The older form: `mod` must be the mask's own rule (checked: a mod built from other inputs is a
+/// std::invalid_argument, never a silently wrong mask).
+[[nodiscard]] inline dense_mask expand_block_mask(const block_sparse_mask& m, const block_mask_mod& mod) {
+  m.check_mod(mod, "expand_block_mask");
+  return expand_block_mask(m);
 }
 
 }  // namespace dflash::ops

@@ -27,6 +27,7 @@
 #include <thrust/transform.h>
 
 #include "dflash/config.hpp"
+#include "dflash/ops/doc_layout.hpp"
 #include "dflash/ops/keys.hpp"
 #include "dflash/ops/validate.hpp"
 #include "dflash/profile/null_profiler.hpp"
@@ -78,12 +79,7 @@ void doc_ids(std::span<const std::int32_t> lengths, std::span<std::int32_t> doc_
                  doc_id.data(), pos.data(), total);
 }
 
-struct doc_ids_result {
-  std::vector<std::int32_t> doc_id;
-  std::vector<std::int32_t> pos;
-};
-
-/// Host twin, allocating the outputs.
+/// Host twin, allocating the outputs (doc_ids_result, the packed layout: see doc_layout.hpp).
 template <ProfilerPolicy P = NullProfiler>
 [[nodiscard]] doc_ids_result doc_ids(std::span<const std::int32_t> lengths, profiler_ref<P> prof = {}) {
   const std::int32_t total = detail::checked_total(lengths, -1, "doc_ids");

@@ -123,7 +123,7 @@ template <class T, ProfilerPolicy P = NullProfiler>
 void pack_hidden_states(const T* d_padded, const hidden_shape& shape, const std::int32_t* d_cu, T* d_packed,
                         cudaStream_t stream, profiler_ref<P> prof = {}) {
   using namespace dflash::literals;
-  ops::detail::check_shape(shape, "gpu::pack_hidden_states");
+  (void)ops::detail::check_shape_elements<T>(shape, "gpu::pack_hidden_states");
   auto timer = prof->scope("pack_hidden_states"_key);
   detail::launch_copy_rows<true>(d_padded, d_packed, d_cu, shape, stream);
 }
@@ -133,7 +133,7 @@ template <class T, ProfilerPolicy P = NullProfiler>
 void unpack_hidden_states(const T* d_packed, const std::int32_t* d_cu, const hidden_shape& shape, T* d_padded,
                           cudaStream_t stream, profiler_ref<P> prof = {}) {
   using namespace dflash::literals;
-  ops::detail::check_shape(shape, "gpu::unpack_hidden_states");
+  (void)ops::detail::check_shape_elements<T>(shape, "gpu::unpack_hidden_states");
   auto timer = prof->scope("unpack_hidden_states"_key);
   detail::launch_copy_rows<false>(d_packed, d_padded, d_cu, shape, stream);
 }

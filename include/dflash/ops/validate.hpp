@@ -16,6 +16,11 @@ namespace dflash::ops::detail {
   throw std::invalid_argument("dflash::ops::" + std::string(op) + ": " + what);
 }
 
+/// A value that does not fit its type (int32 / size_t): std::overflow_error, named like fail().
+[[noreturn]] inline void fail_overflow(std::string_view op, const std::string& what) {
+  throw std::overflow_error("dflash::ops::" + std::string(op) + ": " + what);
+}
+
 inline void require(bool ok, std::string_view op, const std::string& what) {
   if (!ok) fail(op, what);
 }
