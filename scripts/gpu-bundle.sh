@@ -42,6 +42,10 @@ limit_mib=48
 die() { echo "gpu-bundle: error: $*" >&2; exit 1; }
 command -v nvcc >/dev/null || die "nvcc not found (looked in PATH and /usr/local/cuda/bin)"
 command -v python3 >/dev/null || die "python3 not found"
+# OUT is replaced: only when it is empty or an earlier bundle.
+if [[ -e $out ]] && ! [[ -f $out/MANIFEST && -f $out/run.sh ]] && [[ -n $(ls -A "$out" 2>/dev/null) ]]; then
+  die "$out exists and is not a GPU bundle: not replacing it"
+fi
 
 echo "gpu-bundle: configure $build (Release, CUDA on, sm_$arch)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
