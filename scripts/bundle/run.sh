@@ -62,7 +62,9 @@ timed_out() { [[ $1 == 124 || $1 == 137 ]]; }
 
 # ---- 1. device ---------------------------------------------------------------
 smi=$(command -v nvidia-smi || true)
-[[ -z $smi && -x /usr/bin/nvidia-smi ]] && smi=/usr/bin/nvidia-smi
+for c in /usr/bin/nvidia-smi /usr/local/nvidia/bin/nvidia-smi; do
+  [[ -z $smi && -x $c ]] && smi=$c
+done
 info=""
 if [[ -n $smi ]]; then
   info=$(timeout 30 "$smi" --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)
