@@ -18,6 +18,8 @@ printf 'bin/ex_plain\nbin/ex_prof\n' >"$b/examples.txt"
 stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1"; chmod +x "$1"; }
 
 if [[ $scenario == nodevice ]]; then
+  # A stub, not "absent": a real nvidia-smi in /usr/bin must not change the outcome.
+  stub "$fake/nvidia-smi" 'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."; exit 9'
   stub "$b/bin/dflash_gpu_probe" 'echo "FAIL: no CUDA device (fake)"; exit 1'
   stub "$b/bin/test_a" 'echo "test_a: FAIL: no CUDA device (fake) and DFLASH_REQUIRE_GPU is set"; exit 1'
   stub "$b/bin/test_b" 'echo "test_b: FAIL: no CUDA device (fake) and DFLASH_REQUIRE_GPU is set"; exit 1'
@@ -95,7 +97,7 @@ case $scenario in
     ;;
   nodevice)
     [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
-    expect '^device: no CUDA device \(nvidia-smi not found\)'
+    expect '^device: no CUDA device \(nvidia-smi exit 9: NVIDIA-SMI has failed'
     expect '^FAIL +probe .*no CUDA device'
     expect '^FAIL +test test_a +exit 1: no CUDA device'
     expect '^SKIP +compute-sanitizer .* no CUDA device'
