@@ -108,7 +108,7 @@ catch_figures() {  # LOG -> Catch's summary line, or ""
 for row in "${test_lines[@]}"; do
   IFS=$'\t' read -r name exe args <<<"$row"
   eval "argv=($args)"
-  l=$(limit 120)
+  l=$(limit 60)  # seconds on an H200; a hang costs one minute, not the run
   if ((l == 0)); then result SKIP "test $name" "time budget exhausted"; continue; fi
   s=$SECONDS
   timeout -k 5 "$l" "$exe" "${argv[@]}" >"$logs/test-$name.log" 2>&1
