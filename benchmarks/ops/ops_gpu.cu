@@ -1,7 +1,9 @@
 // GPU ops: effective bandwidth (bytes moved / time, from CUDA events) next to
 // the device's copy peak (cudaMemcpy D2D) measured first in the same run;
-// each op also reports frac_of_d2d_peak. scripts/gpu-check.sh runs it.
+// each op also reports frac_of_d2d_peak. The GPU bundle's run.sh
+// (scripts/gpu-bundle.sh) runs it and reports every op against BM_d2d_peak.
 //   ops_gpu --benchmark_counters_tabular=true
+// No device: exit 77 (skipped), never 0; DFLASH_REQUIRE_GPU=1: exit 1.
 #include <benchmark/benchmark.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -17,6 +19,8 @@
 #include <cstdlib>
 #include <random>
 #include <vector>
+
+#include "gpu_probe.hpp"
 
 using namespace dflash::ops;
 
@@ -192,11 +196,7 @@ BENCHMARK(BM_readback_batched)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_readback_per_scalar)->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("skipped: no CUDA device\n");
-    return 0;
-  }
+  if (const auto code = dflash_test::check_gpu("ops_gpu")) return *code;
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# Runs the dflash GPU bundle (made by scripts/gpu-bundle.sh) on a GPU machine:
+#
+#   run.sh LOGDIR
+#
+# Steps, each under `timeout`, the whole run within DFLASH_BUNDLE_BUDGET_S
+# (default 280 s; a step that no longer fits is reported SKIP, which fails the
+# run):
+#   1. device line (nvidia-smi) and dflash_gpu_probe: runtime, driver, devices,
+#      one checked kernel;
+#   2. every GPU test (tests.tsv) in strict mode, DFLASH_REQUIRE_GPU=1: no
+#      device is a failure, never a skip;
+#   3. the example, both binaries: --device cuda and --device cpu, 300 steps,
+#      seed 7, --results files compared by compare_results.py (integers and
+#      checksums exactly, floats within rel 1e-5 / abs 1e-6);
+#   4. every GPU benchmark; bandwidths as fractions of the device-to-device
+#      copy measured in the same run (bench_fractions.py);
+#   5. compute-sanitizer memcheck, racecheck, synccheck and initcheck on every
+#      GPU test, in parallel (DFLASH_BUNDLE_SANITIZER_JOBS, default 6). A tool
+#      is UNSUPPORTED on this runtime when it fails on the clean probe; then its
+#      test runs are not counted as failures (nor as passes).
+# LOGDIR/summary.txt: the device line, then one line per step,
+#   PASS | FAIL | UNSUPPORTED | SKIP   step   figures or reason
+# and a last RESULT line. Every step's output is in LOGDIR too.
+# Exit 0 only when every step passed (UNSUPPORTED allowed); no device: exit 1.
+set -uo pipefail
+[[ $# -eq 1 ]] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$1" || exit 2
+logs=$(cd "$1" && pwd)
+summary=$logs/summary.txt
+: >"$summary"
+budget=${DFLASH_BUNDLE_BUDGET_S:-280}
+sanitizer_jobs=${DFLASH_BUNDLE_SANITIZER_JOBS:-6}
+t0=$SECONDS
+export DFLASH_REQUIRE_GPU=1
+cd "$here" || exit 2
+
+n_pass=0 n_fail=0 n_unsup=0 n_skip=0
+emit() { printf '%s\n' "$*" | tee -a "$summary"; }
+result() {  # STATUS STEP FIGURES
+  printf '%-11s %-46s %s\n' "$1" "$2" "$3" | tee -a "$summary"
+  case $1 in
+    PASS) n_pass=$((n_pass + 1)) ;;
+    FAIL) n_fail=$((n_fail + 1)) ;;
+    UNSUPPORTED) n_unsup=$((n_unsup + 1)) ;;
+    *) n_skip=$((n_skip + 1)) ;;
+  esac
+}
+# Seconds a step may take: at most WANT, and what is left of the budget (0:
+# nothing left, the step must be reported SKIP).
+limit() {
+  local left=$((budget - (SECONDS - t0) - 5))
+  ((left > $1)) && left=$1
+  ((left < 10)) && left=0
+  echo "$left"
+}
+first_line() {  # FILE REGEX -> first matching line, trimmed, or ""
+  grep -m 1 -E "$2" "$1" 2>/dev/null | sed -e 's/^[= ]*//' -e 's/[[:space:]]*$//' | cut -c 1-160
+}
+timed_out() { [[ $1 == 124 || $1 == 137 ]]; }
+
+# ---- 1. device ---------------------------------------------------------------
+smi=$(command -v nvidia-smi || true)
+for c in /usr/bin/nvidia-smi /usr/local/nvidia/bin/nvidia-smi; do
+  [[ -z $smi && -x $c ]] && smi=$c
+done
+info=""
+if [[ -n $smi ]]; then
+  info=$(timeout 30 "$smi" --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)
+  smi_rc=$?
+  info=$(printf '%s' "$info" | paste -sd ';' -)
+  if ((smi_rc == 0)) && [[ -n $info ]]; then
+    emit "device: $info (nvidia-smi: name, driver, memory)"
+  else
+    emit "device: no CUDA device (nvidia-smi exit $smi_rc: ${info:-no output})"
+  fi
+else
+  emit "device: no CUDA device (nvidia-smi not found)"
+fi
+emit "bundle: $(sed -n '2,3p' MANIFEST 2>/dev/null | paste -sd '|' - | sed 's/|/; /g'); log: $logs; budget ${budget} s"
+# The bundle was linked against the build machine's glibc: say so plainly if
+# this one is older (every program would fail to load).
+need=$(sed -n 's/^needs glibc >= \([0-9.]*\).*/\1/p' MANIFEST 2>/dev/null)
+have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
+if [[ -n $need && -n $have ]] && [[ $(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n 1) != "$need" ]]; then
+  result FAIL "glibc" "this machine has glibc $have; the bundle needs >= $need (rebuild it on an older distribution)"
+fi
+
+have_gpu=0
+timeout -k 5 60 bin/dflash_gpu_probe >"$logs/probe.log" 2>&1
+rc=$?
+if ((rc == 0)); then
+  have_gpu=1
+  result PASS "probe (dflash_gpu_probe)" "$(first_line "$logs/probe.log" '^device 0'); $(first_line "$logs/probe.log" '^cuda runtime'); $(first_line "$logs/probe.log" '^kernel ok')"
+else
+  why=$(first_line "$logs/probe.log" 'FAIL')
+  result FAIL "probe (dflash_gpu_probe)" "${why:-exit $rc, see probe.log} (exit $rc)"
+fi
+
+# ---- 2. GPU tests, strict --------------------------------------------------------
+mapfile -t test_lines <tests.tsv
+n_tests=${#test_lines[@]}
+((n_tests > 0)) || result FAIL "GPU tests" "tests.tsv lists no test: the bundle is broken"
+catch_figures() {  # LOG -> Catch's summary line, or ""
+  first_line "$1" '^(All tests passed|test cases:|No tests ran)'
+}
+for row in "${test_lines[@]}"; do
+  IFS=$'\t' read -r name exe args <<<"$row"
+  eval "argv=($args)"
+  l=$(limit 60)  # seconds on an H200; a hang costs one minute, not the run
+  if ((l == 0)); then result SKIP "test $name" "time budget exhausted"; continue; fi
+  s=$SECONDS
+  timeout -k 5 "$l" "$exe" "${argv[@]}" >"$logs/test-$name.log" 2>&1
+  rc=$?
+  d=$((SECONDS - s))
+  figures=$(catch_figures "$logs/test-$name.log")
+  if ((rc == 0)) && [[ $figures == "All tests passed"* ]]; then
+    result PASS "test $name" "$figures, ${d} s"
+  elif ((rc == 0)); then
+    result FAIL "test $name" "exit 0 without Catch's 'All tests passed' (${figures:-no summary}), ${d} s"
+  elif timed_out "$rc"; then
+    result FAIL "test $name" "timed out after ${l} s"
+  elif ((rc == 77)); then
+    result FAIL "test $name" "exit 77 (skipped) although DFLASH_REQUIRE_GPU=1: $(first_line "$logs/test-$name.log" 'skipped')"
+  else
+    why=$(first_line "$logs/test-$name.log" 'FAIL: ' | sed 's/^.*FAIL: //')
+    result FAIL "test $name" "exit $rc: ${why:-${figures:-see test-$name.log}}, ${d} s"
+  fi
+done
+
+if ((have_gpu == 0)); then
+  result SKIP "example cuda vs cpu" "no CUDA device"
+  result SKIP "GPU benchmarks" "no CUDA device"
+  result SKIP "compute-sanitizer (4 tools x $n_tests tests)" "no CUDA device"
+  emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP in $((SECONDS - t0)) s"
+  emit "RESULT: FAIL: no CUDA device: nothing ran on a GPU, nothing above passed on one"
+  exit 1
+fi
+
+# ---- 3. the example: --device cuda against --device cpu ---------------------------
+mapfile -t example_bins <examples.txt
+for exe in "${example_bins[@]}"; do
+  name=$(basename "$exe")
+  step="example $name cuda==cpu"
+  l=$(limit 150)
+  if ((l == 0)); then result SKIP "$step" "time budget exhausted"; continue; fi
+  common=(--steps 300 --seed 7 --quiet --profile-interval 0)
+  s=$SECONDS
+  for dev in cuda cpu; do
+    rm -f "$logs/$name.$dev.txt"
+    (
+      timeout -k 5 "$l" "$exe" --device "$dev" "${common[@]}" --results "$logs/$name.$dev.txt" \
+        >"$logs/example-$name-$dev.log" 2>&1
+      echo $? >"$logs/.rc-$name-$dev"
+    ) &
+  done
+  wait
+  d=$((SECONDS - s))
+  rc_cuda=$(cat "$logs/.rc-$name-cuda") rc_cpu=$(cat "$logs/.rc-$name-cpu")
+  rm -f "$logs/.rc-$name-cuda" "$logs/.rc-$name-cpu"
+  if ((rc_cuda == 2 || rc_cpu == 2)) && grep -q -e '--results' "$logs/example-$name-cuda.log" "$logs/example-$name-cpu.log"; then
+    result FAIL "$step" "the binary rejects --results (exit 2): $(first_line "$logs/example-$name-cuda.log" 'error')"
+  elif timed_out "$rc_cuda" || timed_out "$rc_cpu"; then
+    result FAIL "$step" "timed out after ${l} s (cuda exit $rc_cuda, cpu exit $rc_cpu)"
+  elif ((rc_cuda == 3)); then
+    result FAIL "$step" "--device cuda unavailable (exit 3): $(first_line "$logs/example-$name-cuda.log" 'error')"
+  elif ((rc_cuda != 0 || rc_cpu != 0)); then
+    result FAIL "$step" "cuda exit $rc_cuda, cpu exit $rc_cpu: $(first_line "$logs/example-$name-cuda.log" 'error|FAIL')"
+  else
+    python3 compare_results.py "$logs/$name.cpu.txt" "$logs/$name.cuda.txt" >"$logs/compare-$name.log" 2>&1
+    rc=$?
+    verdict=$(tail -n 1 "$logs/compare-$name.log")
+    if ((rc == 0)); then
+      result PASS "$step" "300 steps, seed 7: $verdict, ${d} s"
+    else
+      result FAIL "$step" "$(first_line "$logs/compare-$name.log" '^(MISMATCH|MALFORMED)') [$verdict]"
+    fi
+  fi
+done
+
+# ---- 4. GPU benchmarks, as fractions of the D2D copy ---------------------------------
+mapfile -t bench_bins <benchmarks.txt
+jsons=()
+for exe in "${bench_bins[@]}"; do
+  name=$(basename "$exe")
+  l=$(limit 120)
+  if ((l == 0)); then result SKIP "bench $name" "time budget exhausted"; continue; fi
+  json=$logs/bench-$name.json
+  s=$SECONDS
+  timeout -k 5 "$l" "$exe" --benchmark_min_time=0.1 --benchmark_out="$json" --benchmark_out_format=json \
+    >"$logs/bench-$name.log" 2>&1
+  rc=$?
+  if ((rc == 0)); then
+    jsons+=("$json")
+  elif timed_out "$rc"; then
+    result FAIL "bench $name" "timed out after ${l} s"
+  else
+    result FAIL "bench $name" "exit $rc: $(first_line "$logs/bench-$name.log" 'FAIL|error|Error|not found')"
+  fi
+done
+if ((${#jsons[@]} > 0)); then
+  python3 bench_fractions.py "${jsons[@]}" >"$logs/bench-fractions.txt" 2>&1
+  rc=$?
+  while IFS=$'\t' read -r status bench figures; do
+    result "$status" "bench $bench" "$figures"
+  done <"$logs/bench-fractions.txt"
+  ((rc == 0)) || grep -q '^FAIL' "$logs/bench-fractions.txt" || result FAIL "bench fractions" "bench_fractions.py exit $rc"
+fi
+
+# ---- 5. compute-sanitizer ------------------------------------------------------------
+cs=$(command -v compute-sanitizer || true)
+if [[ -z $cs ]]; then
+  for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer; do
+    [[ -x $c ]] && { cs=$c; break; }
+  done
+fi
+tools=(memcheck racecheck synccheck initcheck)
+if [[ -z $cs ]]; then
+  result SKIP "compute-sanitizer (4 tools x $n_tests tests)" "compute-sanitizer not in PATH nor /usr/local/cuda*/bin"
+else
+  # Background jobs, at most $sanitizer_jobs at once; each writes "rc seconds limit".
+  launch() {  # ID LIMIT CMD...
+    local id=$1 lim=$2
+    shift 2
+    while (($(jobs -rp | wc -l) >= sanitizer_jobs)); do wait -n; done
+    (
+      s=$SECONDS
+      timeout -k 5 "$lim" "$@" >"$logs/$id.log" 2>&1
+      echo "$? $((SECONDS - s)) $lim" >"$logs/.rc-$id"
+    ) &
+  }
+  read_rc() { cat "$logs/.rc-$1" 2>/dev/null || echo "999 0 0"; rm -f "$logs/.rc-$1"; }
+  # Control: each tool on the clean probe. Failing there = unsupported here.
+  declare -A supported=() probed=()
+  for tool in "${tools[@]}"; do
+    l=$(limit 90)
+    if ((l == 0)); then result SKIP "$tool (all $n_tests GPU tests)" "time budget exhausted"; continue; fi
+    probed[$tool]=1
+    launch "sanitizer-$tool-probe" "$l" "$cs" --tool "$tool" --error-exitcode 99 bin/dflash_gpu_probe
+  done
+  wait
+  for tool in "${tools[@]}"; do
+    [[ -n ${probed[$tool]:-} ]] || continue
+    read -r rc d lim < <(read_rc "sanitizer-$tool-probe")
+    if ((rc == 0)); then
+      supported[$tool]=1
+    elif timed_out "$rc"; then
+      result FAIL "$tool (all $n_tests GPU tests)" "the clean probe timed out under $tool after ${lim} s"
+    elif ((rc == 99)); then  # the tool works, and found an error in the probe itself
+      result FAIL "$tool (all $n_tests GPU tests)" "$tool reports errors in dflash_gpu_probe: $(first_line "$logs/sanitizer-$tool-probe.log" 'ERROR SUMMARY')"
+    else
+      why=$(first_line "$logs/sanitizer-$tool-probe.log" 'Error|error|not supported|unsupported|FAIL')
+      result UNSUPPORTED "$tool (all $n_tests GPU tests)" "on this runtime: the clean probe fails under it (exit $rc): ${why:-see sanitizer-$tool-probe.log}"
+    fi
+  done
+  ids=()
+  for tool in "${tools[@]}"; do
+    [[ -n ${supported[$tool]:-} ]] || continue
+    for row in "${test_lines[@]}"; do
+      IFS=$'\t' read -r name exe args <<<"$row"
+      eval "argv=($args)"
+      id=sanitizer-$tool-$name
+      l=$(limit 180)
+      if ((l == 0)); then result SKIP "$tool $name" "time budget exhausted"; continue; fi
+      ids+=("$tool $name $id")
+      launch "$id" "$l" "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 "$exe" "${argv[@]}"
+    done
+  done
+  wait
+  for entry in "${ids[@]}"; do
+    read -r tool name id <<<"$entry"
+    read -r rc d lim < <(read_rc "$id")
+    errors=$(first_line "$logs/$id.log" 'ERROR SUMMARY')
+    if ((rc == 0)); then
+      result PASS "$tool $name" "${errors:-no error summary}, ${d} s"
+    elif ((rc == 99)); then
+      result FAIL "$tool $name" "${errors}: $(grep -m 1 -E '^========= +(Invalid|Race|Barrier|Uninitialized|Error|Program hit|Warp|Potential)' "$logs/$id.log" | sed 's/^=* *//' | cut -c 1-120)"
+    elif timed_out "$rc"; then
+      result FAIL "$tool $name" "timed out after ${lim} s"
+    else
+      result FAIL "$tool $name" "exit $rc (the test failed under $tool): $(first_line "$logs/$id.log" 'FAILED|FAIL:|Error') ${errors}"
+    fi
+  done
+fi
+
+total=$((SECONDS - t0))
+((total > 300)) && result FAIL "whole run within 5 minutes" "took ${total} s"
+emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP in ${total} s"
+if ((n_fail > 0 || n_skip > 0 || n_pass == 0)); then
+  emit "RESULT: FAIL"
+  exit 1
+fi
+if ((n_unsup > 0)); then emit "RESULT: PASS ($n_unsup UNSUPPORTED on this runtime: see above)"; else emit "RESULT: PASS"; fi
+exit 0

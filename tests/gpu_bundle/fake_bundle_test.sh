@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Runs the GPU bundle's run.sh (scripts/bundle) on a fake bundle whose
+# programs, nvidia-smi and compute-sanitizer are shell stubs, and checks its
+# summary line by line. No GPU and no CUDA build needed: this is run.sh's own
+# logic (statuses, figures, exit code), not the GPU code.
+#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice
+set -uo pipefail
+src=$1 scenario=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+b=$work/bundle fake=$work/fakebin
+mkdir -p "$b/bin" "$fake"
+cp "$src/scripts/bundle/run.sh" "$src/scripts/bundle/compare_results.py" "$src/scripts/bundle/bench_fractions.py" "$b/"
+glibc=2.17
+[[ $scenario == mixed ]] && glibc=99.0  # newer than any: run.sh must say so
+printf 'dflash GPU bundle\ncommit fake\nbuilt now on here for sm_90\nnvcc 13.0\nneeds glibc >= %s and a CUDA 13 driver\n' "$glibc" >"$b/MANIFEST"
+printf 'test_a\tbin/test_a\t\ntest_b\tbin/test_b\t'\''[x]'\'' --order decl\n' >"$b/tests.tsv"
+printf 'bin/bench_x\n' >"$b/benchmarks.txt"
+printf 'bin/ex_plain\nbin/ex_prof\n' >"$b/examples.txt"
+stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1"; chmod +x "$1"; }
+
+if [[ $scenario == nodevice ]]; then
+  # A stub, not "absent": a real nvidia-smi in /usr/bin must not change the outcome.
+  stub "$fake/nvidia-smi" 'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."; exit 9'
+  stub "$b/bin/dflash_gpu_probe" 'echo "FAIL: no CUDA device (fake)"; exit 1'
+  stub "$b/bin/test_a" 'echo "test_a: FAIL: no CUDA device (fake) and DFLASH_REQUIRE_GPU is set"; exit 1'
+  stub "$b/bin/test_b" 'echo "test_b: FAIL: no CUDA device (fake) and DFLASH_REQUIRE_GPU is set"; exit 1'
+else
+  stub "$fake/nvidia-smi" 'echo "NVIDIA H200, 580.65.06, 143771 MiB"'
+  stub "$b/bin/dflash_gpu_probe" 'echo "cuda runtime 13000, driver supports 13000"; echo "device 0: NVIDIA H200, sm_90, 132 SMs, 139.8 GiB"; echo "kernel ok: 64 blocks x 256 threads"'
+  stub "$b/bin/test_a" '[[ $DFLASH_REQUIRE_GPU == 1 ]] || exit 5; echo "All tests passed (12 assertions in 3 test cases)"'
+  # test_b must get its ctest arguments through tests.tsv intact.
+  stub "$b/bin/test_b" '[[ $# == 3 && $1 == "[x]" && $2 == --order && $3 == decl ]] || { echo "bad args: $*"; exit 4; }
+echo "All tests passed (7 assertions in 1 test case)"'
+  # Google Benchmark stand-in: the D2D reference, one bandwidth, one latency.
+  stub "$b/bin/bench_x" 'for a; do case $a in --benchmark_out=*) out=${a#*=};; esac; done
+cat >"$out" <<JSON
+{"benchmarks": [
+ {"name": "BM_d2d_peak/manual_time", "real_time": 600.0, "time_unit": "us", "bytes_per_second": 4.0e12},
+ {"name": "BM_pack<float>/4096/manual_time", "real_time": 100.0, "time_unit": "us", "bytes_per_second": 3.0e12},
+ {"name": "BM_readback_batched", "real_time": 9.5, "time_unit": "us"}]}
+JSON'
+  results='for a; do case $prev in --results) out=$a;; --device) dev=$a;; esac; prev=$a; done
+printf "steps 300\nchecksum 0xabc\nloss_f 2.5\n" >"$out"'
+  stub "$b/bin/ex_plain" "$results"
+  if [[ $scenario == mixed ]]; then
+    stub "$b/bin/ex_prof" 'echo "ex_prof: error: The following argument was not expected: --results" >&2; exit 2'
+  else
+    stub "$b/bin/ex_prof" "$results"
+  fi
+  # compute-sanitizer stand-in: runs the program; in "mixed", racecheck fails
+  # even on the clean probe (unsupported) and initcheck finds an error in test_b.
+  stub "$fake/compute-sanitizer" 'while [[ $1 == --* ]]; do case $1 in --tool) tool=$2; shift;; --error-exitcode|--print-limit) shift;; esac; shift; done
+prog=$(basename "$1")
+if [[ '"$scenario"' == mixed && $tool == racecheck && $prog == dflash_gpu_probe ]]; then
+  echo "========= Error: racecheck is not supported on this runtime (fake)"; exit 1; fi
+if [[ '"$scenario"' == mixed && $tool == initcheck && $prog == test_b ]]; then
+  echo "========= Uninitialized __global__ memory read of size 4 bytes"; echo "========= ERROR SUMMARY: 1 error"; exit 99; fi
+"$@"; rc=$?
+echo "========= ERROR SUMMARY: 0 errors"; exit $rc'
+fi
+
+PATH=$fake:/usr/bin:/bin "$b/run.sh" "$work/logs" >"$work/out.txt" 2>&1
+rc=$?
+cat "$work/logs/summary.txt"
+fail=0
+expect() {  # REGEX: some summary line must match
+  grep -qE "$1" "$work/logs/summary.txt" || { echo "MISSING: a line matching /$1/"; fail=1; }
+}
+absent() { ! grep -qE "$1" "$work/logs/summary.txt" || { echo "UNEXPECTED: a line matching /$1/"; fail=1; }; }
+case $scenario in
+  pass)
+    [[ $rc == 0 ]] || { echo "run.sh exit $rc, expected 0"; fail=1; }
+    expect '^device: NVIDIA H200, 580.65.06'
+    expect '^PASS +probe .*device 0: NVIDIA H200'
+    expect '^PASS +test test_a +All tests passed \(12 assertions in 3 test cases\)'
+    expect '^PASS +test test_b +All tests passed'
+    expect '^PASS +example ex_plain cuda==cpu +300 steps, seed 7: 2 exact values identical, 1 floats within rel 1e-05 / abs 1e-06'
+    expect '^PASS +example ex_prof cuda==cpu'
+    expect '^PASS +bench BM_pack<float>/4096/manual_time +100.0 us/iter, 3000.0 GB/s = 0.75 of D2D copy \(4000.0 GB/s\)'
+    expect '^PASS +bench BM_readback_batched +9.5 us/iter \(latency'
+    for t in memcheck racecheck synccheck initcheck; do
+      expect "^PASS +$t test_a +ERROR SUMMARY: 0 errors"
+      expect "^PASS +$t test_b +ERROR SUMMARY: 0 errors"
+    done
+    absent '^(FAIL|SKIP|UNSUPPORTED)'
+    expect '^RESULT: PASS$'
+    ;;
+  mixed)
+    [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
+    expect '^FAIL +example ex_prof cuda==cpu +the binary rejects --results \(exit 2\)'
+    expect '^PASS +example ex_plain cuda==cpu'
+    expect '^UNSUPPORTED +racecheck \(all 2 GPU tests\) +on this runtime: the clean probe fails under it \(exit 1\): Error: racecheck is not supported'
+    absent '^(PASS|FAIL) +racecheck test_'
+    expect '^FAIL +initcheck test_b +ERROR SUMMARY: 1 error: Uninitialized __global__ memory read'
+    expect '^PASS +initcheck test_a'
+    expect '^FAIL +glibc +this machine has glibc [0-9.]+; the bundle needs >= 99.0'
+    expect '^total: .* 3 FAIL, 1 UNSUPPORTED, 0 SKIP'
+    expect '^RESULT: FAIL$'
+    ;;
+  nodevice)
+    [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
+    expect '^device: no CUDA device \(nvidia-smi exit 9: NVIDIA-SMI has failed'
+    expect '^FAIL +probe .*no CUDA device'
+    expect '^FAIL +test test_a +exit 1: no CUDA device'
+    expect '^SKIP +compute-sanitizer .* no CUDA device'
+    absent '^PASS'
+    expect '^RESULT: FAIL: no CUDA device'
+    ;;
+  *) echo "unknown scenario $scenario"; exit 2 ;;
+esac
+((fail == 0)) && echo "fake bundle, $scenario: as expected"
+exit $fail
