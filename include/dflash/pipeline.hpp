@@ -1,5 +1,7 @@
 #pragma once
 // Pipelines: the Stage concept, Pipeline, and the periodic reporter.
 #include "dflash/pipeline/periodic_reporter.hpp"
+#include "dflash/pipeline/function_stage.hpp"
+#include "dflash/pipeline/make_pipeline.hpp"
 #include "dflash/pipeline/pipeline.hpp"
 #include "dflash/pipeline/stage.hpp"

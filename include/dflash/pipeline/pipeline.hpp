@@ -58,9 +58,11 @@
 
 #include <array>
 #include <deque>
+#include <map>
 #include <atomic>
 #include <cstdio>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -113,6 +115,21 @@ struct stage_spec<workers<S, N>> {
   // Read through workers<S, N> so that it is instantiated and its N > 0
   // check fires (matching this pattern alone instantiates nothing).
   static constexpr std::size_t count = workers<S, N>::count;
+};
+template <class S>
+struct stage_spec<in_order<S>> {
+  using stage = S;
+  static constexpr std::size_t count = 1;
+  static constexpr bool ordered = true;
+};
+template <class Spec>
+inline constexpr bool is_ordered = requires { requires stage_spec<Spec>::ordered; };
+
+// An item with its source sequence number (pipelines with an in_order stage).
+template <class T>
+struct sequenced {
+  std::uint64_t seq;
+  T value;
 };
 
 // By member, not by partial specialisation: nvcc 13 cannot deduce fixed_string NTTPs.
@@ -263,6 +280,9 @@ class Pipeline {
   using stage_type = typename detail::stage_spec<detail::nth_t<2 * I, Specs...>>::stage;
   template <std::size_t I>
   static constexpr std::size_t workers_of = detail::stage_spec<detail::nth_t<2 * I, Specs...>>::count;
+  /// Stage I receives items in source order (declared with in_order<S>).
+  template <std::size_t I>
+  static constexpr bool in_order_at = detail::is_ordered<detail::nth_t<2 * I, Specs...>>;
   template <std::size_t I>
   using queue_spec_type = detail::nth_t<2 * I + 1, Specs...>;
   /// Link L (between stage L and L + 1) is a device_link.
@@ -295,6 +315,12 @@ class Pipeline {
   /// The backend of the device links (detail::no_backend without any).
   using backend_type = typename decltype(backend_from<0>())::type;
   static constexpr bool has_device_links = !std::is_same_v<backend_type, detail::no_backend>;
+  /// Items carry their source sequence number (some stage is in_order).
+  static constexpr bool sequenced = []<std::size_t... I>(std::index_sequence<I...>) {
+    return (in_order_at<I> || ...);
+  }(std::make_index_sequence<stage_count>{});
+  static_assert(!(sequenced && has_device_links),
+                "dflash::Pipeline: in_order stages are not supported in pipelines with device links yet");
 
  private:
   // Host link L carries values device work may still be writing (its producer is a device stage).
@@ -388,6 +414,7 @@ class Pipeline {
     constexpr auto N = queue_spec_type<L>::name;
     if constexpr (device_link_at<L>) return std::type_identity<device_channel<T, P, N>>{};
     else if constexpr (pending_link<L>) return std::type_identity<bounded_queue<detail::pending<T, backend_type>, P, N>>{};
+    else if constexpr (sequenced) return std::type_identity<bounded_queue<detail::sequenced<T>, P, N>>{};
     else return std::type_identity<bounded_queue<T, P, N>>{};
   }
 
@@ -570,6 +597,14 @@ class Pipeline {
     for (std::size_t i = 0; i < stage_count; ++i)
       if (s.workers[i] == 0)
         throw std::invalid_argument("dflash::Pipeline: stage " + std::to_string(i) + " needs at least one worker (got 0)");
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (((in_order_at<I> && s.workers[I] != 1)
+            ? throw std::invalid_argument("dflash::Pipeline: stage " + std::to_string(I) +
+                                          " is in_order and runs on exactly one worker (got " +
+                                          std::to_string(s.workers[I]) + ")")
+            : void()),
+       ...);
+    }(std::make_index_sequence<stage_count>{});
     for (std::size_t i = 0; i < queue_count; ++i)
       if (s.depths[i] == 0)
         throw std::invalid_argument("dflash::Pipeline: queue " + std::to_string(i) + " needs a depth of at least 1 (got 0)");
@@ -642,35 +677,61 @@ class Pipeline {
     try {
       if constexpr (I == 0) {
         auto& out = queue<0>();
+        [[maybe_unused]] std::uint64_t seq = 0;
         while (!cancelled() && !draining_.load(std::memory_order_acquire)) {
           auto item = timed(prof, work_key{}, [&] { return detail::call_stage(s, w); });
           if (!item) break;
           bool ok;
           {
             auto t = prof.scope(wait_key{});
-            ok = out.push(std::move(*item));
+            if constexpr (sequenced) ok = out.push(detail::sequenced<typename S::output_type>{seq++, std::move(*item)});
+            else ok = out.push(std::move(*item));
           }
           if (!ok) break;
         }
       } else {
+        // Calls the stage on one item and hands the result on; false: the pipeline is closing.
+        auto process = [&](typename S::input_type&& x, [[maybe_unused]] std::uint64_t seq) -> bool {
+          if constexpr (I + 1 < stage_count) {
+            typename S::output_type y = timed(prof, work_key{}, [&] { return detail::call_stage(s, w, std::move(x)); });
+            auto t = prof.scope(wait_key{});
+            if constexpr (sequenced)
+              return queue<I>().push(detail::sequenced<typename S::output_type>{seq, std::move(y)});
+            else return queue<I>().push(std::move(y));
+          } else {
+            timed(prof, work_key{}, [&] { detail::call_stage(s, w, std::move(x)); });
+            return true;
+          }
+        };
+        [[maybe_unused]] std::uint64_t next = 0;                          // in_order: the seq due next
+        [[maybe_unused]] std::map<std::uint64_t, typename S::input_type> early;  // in_order: arrived before it
         for (;;) {
           std::optional<typename S::input_type> item;
+          [[maybe_unused]] std::uint64_t seq = 0;
           {
             auto t = prof.scope(wait_key{});
-            item = pop_host_input<I>();
+            if constexpr (sequenced) {
+              auto got = queue<I - 1>().pop();
+              if (got) {
+                seq = got->seq;
+                item.emplace(std::move(got->value));
+              }
+            } else {
+              item = pop_host_input<I>();
+            }
           }
           if (!item || cancelled()) break;
-          if constexpr (I + 1 < stage_count) {
-            typename S::output_type y =
-                timed(prof, work_key{}, [&] { return detail::call_stage(s, w, std::move(*item)); });
-            bool ok;
-            {
-              auto t = prof.scope(wait_key{});
-              ok = queue<I>().push(std::move(y));
+          if constexpr (in_order_at<I>) {
+            if (seq != next) {
+              early.emplace(seq, std::move(*item));
+              continue;
             }
+            bool ok = process(std::move(*item), next++);
+            for (auto it = early.begin(); ok && it != early.end() && it->first == next; it = early.erase(it))
+              ok = !cancelled() && process(std::move(it->second), next++);
             if (!ok) break;
           } else {
-            timed(prof, work_key{}, [&] { detail::call_stage(s, w, std::move(*item)); });
+            if (!process(std::move(*item), seq)) break;
           }
         }
       }

@@ -86,9 +86,23 @@ concept Stage = SourceStage<S> || TransformStage<S> || SinkStage<S>;
 template <class S, std::size_t N>
 struct workers {
   static_assert(N > 0, "dflash::workers<S, N>: a stage needs at least one worker (N > 0)");
-  using stage = S;
+  using stage_type = S;
   static constexpr std::size_t count = N;
+  S stage;  // for make_pipeline: dflash::parallel<N>(s); unused when named as a type
 };
+
+/// Run stage S on one thread, receiving items in source order (like oneTBB's
+/// serial_in_order), whatever parallel workers before it did to the order:
+/// `dflash::in_order<drafter_train<P>>`. Items that arrive early wait in a
+/// reorder buffer (bounded by the items in flight upstream).
+template <class S>
+struct in_order {
+  using stage_type = S;
+  static constexpr std::size_t count = 1;
+  S stage;  // for make_pipeline: dflash::in_order(s); unused when named as a type
+};
+template <class S>
+in_order(S) -> in_order<S>;
 
 /// The bounded queue between two stages: `dflash::queue_spec<"hs_queue", 60>`.
 template <fixed_string Name, std::size_t Depth>
