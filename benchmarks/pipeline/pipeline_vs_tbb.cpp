@@ -1,0 +1,184 @@
+// dflash::Pipeline against tbb::parallel_pipeline on the same stages, in one
+// process, rounds interleaved (dflash, tbb, dflash, tbb, ...):
+//   source -> 2 parallel workers x W us busy work -> serial in-order S us -> sink
+// for 2000 items, W/S = 50/20 us ("work") and 0/0 ("zero-cost stages"), at
+// depths 2, 8 and 32 (queue capacity / TBB max tokens). Reports per config the
+// median and the min-max spread over rounds of dflash throughput / TBB
+// throughput, and CPU microseconds per item (getrusage) for both.
+// A benchmark, not a test: no thresholds. Extra arguments (Google Benchmark
+// flags from scripts/bench.sh) are ignored; DFLASH_BENCH_ROUNDS sets the rounds.
+#include <dflash/pipeline.hpp>
+#include <dflash/profile.hpp>
+
+#include <oneapi/tbb/parallel_pipeline.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+using clk = std::chrono::steady_clock;
+constexpr int items = 2000;
+
+void busy(std::chrono::microseconds d) {  // CPU work, not a sleep
+  if (d.count() == 0) return;
+  const auto end = clk::now() + d;
+  while (clk::now() < end) {
+  }
+}
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+struct costs {
+  std::chrono::microseconds work, serial;
+};
+
+struct sample {
+  double seconds, cpu_us_per_item;
+};
+
+template <class F>
+sample measure(F&& run) {
+  const double c0 = cpu_seconds();
+  const auto t0 = clk::now();
+  run();
+  const double s = std::chrono::duration<double>(clk::now() - t0).count();
+  return {s, (cpu_seconds() - c0) * 1e6 / items};
+}
+
+// ---- dflash -----------------------------------------------------------------
+struct source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = int;
+  int next = 0;
+  std::optional<int> operator()() { return next < items ? std::optional(next++) : std::nullopt; }
+};
+struct work {
+  static constexpr dflash::fixed_string name{"work"};
+  using input_type = int;
+  using output_type = int;
+  costs c;
+  int operator()(int&& x) const {
+    busy(c.work);
+    return x;
+  }
+};
+struct serial {
+  static constexpr dflash::fixed_string name{"serial"};
+  using input_type = int;
+  using output_type = int;
+  costs c;
+  int operator()(int&& x) const {
+    busy(c.serial);
+    return x;
+  }
+};
+struct sink {
+  static constexpr dflash::fixed_string name{"sink"};
+  using input_type = int;
+  using output_type = void;
+  long long* sum;
+  void operator()(int&& x) { *sum += x; }
+};
+using dflash_pipeline =
+    dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"a", 8>, dflash::workers<work, 2>,
+                     dflash::queue_spec<"b", 8>, dflash::in_order<serial>, dflash::queue_spec<"c", 8>, sink>;
+
+long long run_dflash(costs c, std::size_t depth) {
+  long long sum = 0;
+  auto shape = dflash_pipeline::default_shape();
+  shape.depths = {depth, depth, depth};
+  dflash_pipeline p(shape, source{}, work{c}, serial{c}, sink{&sum});
+  p.run_to_completion();
+  return sum;
+}
+
+// ---- oneTBB -----------------------------------------------------------------
+long long run_tbb(costs c, std::size_t depth) {
+  long long sum = 0;
+  int next = 0;
+  tbb::parallel_pipeline(
+      depth,
+      tbb::make_filter<void, int>(tbb::filter_mode::serial_in_order,
+                                  [&](tbb::flow_control& fc) {
+                                    if (next >= items) {
+                                      fc.stop();
+                                      return 0;
+                                    }
+                                    return next++;
+                                  }) &
+          tbb::make_filter<int, int>(tbb::filter_mode::parallel,
+                                     [c](int x) {
+                                       busy(c.work);
+                                       return x;
+                                     }) &
+          tbb::make_filter<int, int>(tbb::filter_mode::serial_in_order,
+                                     [c](int x) {
+                                       busy(c.serial);
+                                       return x;
+                                     }) &
+          tbb::make_filter<int, void>(tbb::filter_mode::serial_in_order, [&](int x) { sum += x; }));
+  return sum;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+}  // namespace
+
+int main() {
+  const int rounds = std::getenv("DFLASH_BENCH_ROUNDS") ? std::atoi(std::getenv("DFLASH_BENCH_ROUNDS")) : 7;
+  const long long expected = 1LL * items * (items - 1) / 2;
+  struct config {
+    const char* what;
+    costs c;
+    std::size_t depth;
+    std::vector<double> ratio, cpu_d, cpu_t, tput_t;
+  };
+  using us = std::chrono::microseconds;
+  std::vector<config> cfgs;
+  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"50/20 us work", {us(50), us(20)}, d, {}, {}, {}, {}});
+  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"zero-cost stages", {us(0), us(0)}, d, {}, {}, {}, {}});
+  for (auto& cf : cfgs) {  // warm-up: threads, allocator, TBB's arena
+    run_dflash(cf.c, cf.depth);
+    run_tbb(cf.c, cf.depth);
+  }
+  for (int r = 0; r < rounds; ++r) {
+    for (auto& cf : cfgs) {
+      long long sd = 0, st = 0;
+      const sample d = measure([&] { sd = run_dflash(cf.c, cf.depth); });
+      const sample t = measure([&] { st = run_tbb(cf.c, cf.depth); });
+      if (sd != expected || st != expected) {
+        std::fprintf(stderr, "pipeline_vs_tbb: wrong result (dflash %lld, tbb %lld, expected %lld)\n", sd, st, expected);
+        return 1;
+      }
+      cf.ratio.push_back(t.seconds / d.seconds);  // = dflash throughput / tbb throughput
+      cf.cpu_d.push_back(d.cpu_us_per_item);
+      cf.cpu_t.push_back(t.cpu_us_per_item);
+      cf.tput_t.push_back(items / t.seconds);
+    }
+  }
+  std::printf("# pipeline_vs_tbb: %d items, %d interleaved rounds, 2 parallel workers + serial in-order stage\n",
+              items, rounds);
+  std::printf("| stages | depth | dflash / TBB throughput (median) | spread (min-max) | CPU us/item dflash | CPU us/item TBB | TBB items/s |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const auto& cf : cfgs) {
+    const auto [lo, hi] = std::minmax_element(cf.ratio.begin(), cf.ratio.end());
+    std::printf("| %s | %zu | %.2f | %.2f-%.2f | %.1f | %.1f | %.0f |\n", cf.what, cf.depth, median(cf.ratio), *lo, *hi,
+                median(cf.cpu_d), median(cf.cpu_t), median(cf.tput_t));
+  }
+  return 0;
+}
