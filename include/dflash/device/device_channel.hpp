@@ -132,13 +132,7 @@ class device_channel {
   /// Work enqueued on `s` after this starts only once the slot's previous
   /// reader finished. Empty optional: the channel was cancelled.
   [[nodiscard]] std::optional<slot_ref> acquire(const stream_type& s) {
-    std::optional<std::size_t> i;
-    if constexpr (P::enabled) {
-      auto t = prof_->scope(push_wait_key<Name>{});
-      i = free_.pop();
-    } else {
-      i = free_.pop();
-    }
+    const std::optional<std::size_t> i = timed_pop(free_, push_wait_key<Name>{});
     if (!i) return std::nullopt;
     b_.wait(s.native(), slots_[*i].consumed);
     return slot_ref(&slots_[*i], *i);
@@ -171,13 +165,7 @@ class device_channel {
   /// The next published slot; work enqueued on `s` after this starts only once
   /// the producer's work on it finished. Empty optional: closed and drained, or cancelled.
   [[nodiscard]] std::optional<slot_ref> pop(const stream_type& s) {
-    std::optional<std::size_t> i;
-    if constexpr (P::enabled) {
-      auto t = prof_->scope(pop_wait_key<Name>{});
-      i = ready_.pop();
-    } else {
-      i = ready_.pop();
-    }
+    const std::optional<std::size_t> i = timed_pop(ready_, pop_wait_key<Name>{});
     if (!i || cancelled_.load(std::memory_order_acquire)) {
       if (i) (void)free_.try_push(*i);
       return std::nullopt;
@@ -215,6 +203,16 @@ class device_channel {
     if (r.s_ == nullptr) throw std::logic_error("dflash::device_channel: slot handed back twice");
     r.s_ = nullptr;
     return r.index_;
+  }
+  // A blocking pop, timed under k with a stateful policy (nothing otherwise).
+  template <class K>
+  std::optional<std::size_t> timed_pop(bounded_queue<std::size_t>& q, K k) {
+    if constexpr (P::enabled) {
+      auto t = prof_->scope(k);
+      return q.pop();
+    } else {
+      return q.pop();
+    }
   }
   void quiet_wait(typename B::event_type e) noexcept {
     try {
