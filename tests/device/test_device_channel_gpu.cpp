@@ -166,3 +166,77 @@ TEST_CASE("cuda_backend: a standalone channel between two streams for many laps"
   CHECK(b.stats().host_waits == 4);  // the channel's teardown only (2 slots x 2 events)
   CHECK(b.stats().synchronizes == 2);
 }
+
+// ---- variable-size items: a CUB-aggregated device_queue inside each slot -----------
+namespace {
+struct ring_slot : dflash::device_item<B> {
+  int value = -1;
+  gpu_test::ring* rows = nullptr;  // made on first use; drained every lap
+  ring_slot() = default;
+  ring_slot(const ring_slot&) = delete;
+  ring_slot& operator=(const ring_slot&) = delete;
+  ~ring_slot() { gpu_test::destroy_ring(rows); }
+};
+int expected_rows(int x) {
+  int n = 0;
+  for (int l = 0; l < 32; ++l) n += (x + l) % 3;
+  return n;
+}
+long long expected_sum(int x) {
+  long long s = 0;
+  for (int l = 0; l < 32; ++l)
+    for (int j = 0; j < (x + l) % 3; ++j) s += x * 1000 + l * 10 + j;
+  return s;
+}
+
+template <class P>
+struct push_rows {
+  static constexpr dflash::fixed_string name{"push_rows"};
+  using input_type = int;
+  using output_type = ring_slot;
+  int* status;  // device: one status per item
+  void operator()(int&& x, ring_slot& out, const DS& s) const {
+    out.value = x;
+    if (!out.rows) out.rows = gpu_test::make_ring(64, s.native());
+    gpu_test::launch_ring_fill(out.rows, x, status + x, s.native());
+  }
+};
+template <class P>
+struct drain_rows {  // device sink: per item, rows and sum into pinned memory
+  static constexpr dflash::fixed_string name{"drain_rows"};
+  using input_type = ring_slot;
+  using output_type = void;
+  long long* pinned_out;
+  void operator()(ring_slot& in, const DS& s) const {
+    gpu_test::launch_ring_drain(in.rows, pinned_out + 2 * in.value, s.native());
+  }
+};
+template <class P>
+using ring_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, dflash::workers<push_rows<P>, 2>,
+                                       dflash::device_link<"rows_dev", 3>, drain_rows<P>>;
+}  // namespace
+
+TEST_CASE("cuda_backend: variable-size items through a device_queue in the slot; counts never reach the host",
+          "[gpu][device]") {
+  constexpr int n = 200;
+  int* status = nullptr;
+  long long* out = nullptr;
+  REQUIRE(cudaMalloc(&status, n * sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMemset(status, 0xff, n * sizeof(int)) == cudaSuccess);  // poison
+  REQUIRE(cudaMallocHost(&out, 2 * n * sizeof(long long)) == cudaSuccess);
+  for (int i = 0; i < 2 * n; ++i) out[i] = -1;  // poison
+  {
+    ring_pipeline<NullProfiler> p(numbers<NullProfiler>{n}, push_rows<NullProfiler>{status},
+                                  drain_rows<NullProfiler>{out});
+    p.run_to_completion();  // each worker waited for its stream at exit
+  }
+  std::vector<int> st(n);
+  REQUIRE(cudaMemcpy(st.data(), status, n * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
+  for (int x = 0; x < n; ++x) {
+    CHECK(st[static_cast<std::size_t>(x)] == 0);  // ring_status::ok
+    CHECK(out[2 * x] == expected_rows(x));
+    CHECK(out[2 * x + 1] == expected_sum(x));
+  }
+  cudaFree(status);
+  cudaFreeHost(out);
+}

@@ -6,6 +6,7 @@
 #include <dflash/device/host_stream_backend.hpp>
 #include <dflash/pipeline.hpp>
 #include <dflash/profile.hpp>
+#include <dflash/queue/ring_control.hpp>
 
 #include "watchdog.hpp"
 
@@ -319,4 +320,84 @@ TEST_CASE("a dropped wait inside the pipeline is caught as wrong data", "[device
   int broken = 0;
   for (const result& r : got) broken += *r.ok == 1 ? 0 : 1;
   CHECK(broken == 1);
+}
+
+// ---- variable-size items: a ring inside the slot ---------------------------------
+// The producer's work pushes a data-dependent number of rows into the slot's
+// ring (host_ring here; device_queue with CUB aggregation on a GPU); the
+// consumer's work drains it. The count never crosses to the host: neither
+// host thread knows it.
+namespace {
+struct ring_slot : dflash::device_item<B> {
+  int value = -1;
+  std::unique_ptr<dflash::host_ring<int>> rows;  // made on first use, drained every lap
+};
+int rows_for(int x) { return (x * 37) % 23; }  // 0..22 rows, decided "on the device"
+
+template <class P>
+struct push_rows {
+  static constexpr dflash::fixed_string name{"push_rows"};
+  using input_type = int;
+  using output_type = ring_slot;
+  void operator()(int&& x, ring_slot& out, const DS& s) const {
+    out.value = x;
+    if (!out.rows) out.rows = std::make_unique<dflash::host_ring<int>>(32);
+    auto* ring = out.rows.get();
+    s.enqueue([ring, x] {
+      const int n = rows_for(x);  // computed in the work, like a kernel's data-dependent count
+      std::vector<int> rows(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = x * 100 + i;
+      if (ring->try_push(rows.data(), static_cast<std::uint32_t>(n)) != dflash::ring_status::ok)
+        throw std::runtime_error("ring full");
+    });
+  }
+};
+struct drained {
+  int value;
+  std::unique_ptr<std::vector<int>> rows;  // filled by the consumer's work
+};
+template <class P>
+struct drain_rows {
+  static constexpr dflash::fixed_string name{"drain_rows"};
+  using input_type = ring_slot;
+  using output_type = drained;
+  drained operator()(ring_slot& in, const DS& s) const {
+    drained d{in.value, std::make_unique<std::vector<int>>()};
+    s.enqueue([ring = in.rows.get(), out = d.rows.get()] {
+      int buf[8];
+      for (;;) {
+        const auto t = ring->try_pop(buf, 8);
+        if (t.status != dflash::ring_status::ok) break;  // empty: the producer's work finished before ours
+        out->insert(out->end(), buf, buf + t.count);
+      }
+    });
+    return d;
+  }
+};
+template <class P>
+struct keep_drained {
+  static constexpr dflash::fixed_string name{"keep"};
+  using input_type = drained;
+  using output_type = void;
+  std::vector<drained>* out;
+  void operator()(drained&& d) { out->push_back(std::move(d)); }
+};
+template <class P>
+using ring_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, dflash::workers<push_rows<P>, 2>,
+                                       dflash::device_link<"rows_dev", 3>, drain_rows<P>,
+                                       dflash::queue_spec<"out_q", 4>, keep_drained<P>>;
+}  // namespace
+
+TEST_CASE("variable-size items through a ring inside the slot: every row arrives, counts stay on the device side",
+          "[device][pipeline]") {
+  watchdog wd("ring in slot");
+  std::vector<drained> got;
+  ring_pipeline<NullProfiler> p(numbers<NullProfiler>{300}, push_rows<NullProfiler>{}, drain_rows<NullProfiler>{},
+                                keep_drained<NullProfiler>{&got});
+  p.run_to_completion();
+  REQUIRE(got.size() == 300);
+  for (const drained& d : got) {
+    REQUIRE(d.rows->size() == static_cast<std::size_t>(rows_for(d.value)));
+    for (std::size_t i = 0; i < d.rows->size(); ++i) CHECK((*d.rows)[i] == d.value * 100 + static_cast<int>(i));
+  }
 }
