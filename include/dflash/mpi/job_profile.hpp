@@ -1,0 +1,224 @@
+#pragma once
+// One profile for an MPI job: every rank's profile_snapshot side by side,
+// merged per key, with the spread over ranks (which rank is the straggler).
+// Pure values and formatting, no MPI: the transport is in job.hpp.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dflash/profile/histogram.hpp"
+#include "dflash/profile/report.hpp"
+#include "dflash/profile/stats.hpp"
+
+namespace dflash::mpi {
+
+/// FNV-1a over the key names in order (each followed by '\0'): equal on two
+/// ranks exactly when their profilers have the same keys in the same layout.
+constexpr std::uint64_t key_set_hash(const auto& names) noexcept {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::string_view n : names) {
+    for (char c : n) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    h = (h ^ 0u) * 1099511628211ull;
+  }
+  return h;
+}
+
+/// A snapshot as a flat array of words (for MPI): window, key count, then per
+/// key count, total, min, max and the histogram. Names are not sent: the key
+/// set was checked equal on every rank at start-up.
+inline std::vector<std::uint64_t> encode_snapshot(const profile_snapshot& s) {
+  std::vector<std::uint64_t> w;
+  w.reserve(2 + s.keys.size() * (4 + histogram::bucket_count));
+  w.push_back(s.window_ns);
+  w.push_back(s.keys.size());
+  for (const auto& k : s.keys) {
+    w.insert(w.end(), {k.count, k.total_ns, k.min_ns, k.max_ns});
+    if (k.buckets.size() != histogram::bucket_count)
+      throw std::logic_error("dflash::mpi::encode_snapshot: unexpected histogram size");
+    w.insert(w.end(), k.buckets.begin(), k.buckets.end());
+  }
+  return w;
+}
+
+/// Inverse of encode_snapshot; `names` are this rank's key names (same layout).
+inline profile_snapshot decode_snapshot(const std::uint64_t* w, std::size_t n, const std::vector<std::string>& names) {
+  auto bad = [] { throw std::runtime_error("dflash::mpi: malformed profile snapshot received"); };
+  if (n < 2) bad();
+  profile_snapshot s;
+  s.window_ns = w[0];
+  const std::size_t keys = w[1];
+  const std::size_t per = 4 + histogram::bucket_count;
+  if (keys != names.size() || n != 2 + keys * per) bad();
+  s.keys.resize(keys);
+  for (std::size_t i = 0; i < keys; ++i) {
+    const std::uint64_t* p = w + 2 + i * per;
+    key_stats& k = s.keys[i];
+    k.name = names[i];
+    k.count = p[0];
+    k.total_ns = p[1];
+    k.min_ns = p[2];
+    k.max_ns = p[3];
+    k.buckets.assign(p + 4, p + per);
+  }
+  return s;
+}
+
+/// Every rank's snapshot (an empty snapshot for a rank not heard from yet),
+/// and a rank's error if it failed.
+struct job_profile {
+  std::vector<profile_snapshot> ranks;
+  std::vector<bool> heard;  // a snapshot arrived from this rank
+  std::vector<std::string> errors;  // per rank; empty = ok
+
+  /// Statistics of all ranks merged per key (counts and totals add up, min/max
+  /// over ranks, histograms add); the window is the longest rank's.
+  profile_snapshot merged() const {
+    profile_snapshot m;
+    for (const auto& r : ranks) {
+      m.window_ns = std::max(m.window_ns, r.window_ns);
+      if (m.keys.empty()) {
+        m.keys = r.keys;
+        continue;
+      }
+      for (std::size_t i = 0; i < m.keys.size() && i < r.keys.size(); ++i) m.keys[i] += r.keys[i];
+    }
+    return m;
+  }
+
+  /// Over the ranks that recorded key i: min / median / max of their mean per
+  /// call, and the rank with the largest mean (the straggler). Ranks with no
+  /// record of the key (e.g. a drafter rank for a target key) are left out.
+  struct spread {
+    std::size_t ranks_with_key = 0;
+    double min_mean_ns = 0, median_mean_ns = 0, max_mean_ns = 0;
+    int slowest_rank = -1;
+  };
+  spread spread_of(std::size_t i) const {
+    spread s;
+    std::vector<double> means;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      if (i >= ranks[r].keys.size() || ranks[r].keys[i].count == 0) continue;
+      const double m = ranks[r].keys[i].mean_ns();
+      if (s.slowest_rank < 0 || m > s.max_mean_ns) {
+        s.max_mean_ns = m;
+        s.slowest_rank = static_cast<int>(r);
+      }
+      means.push_back(m);
+    }
+    s.ranks_with_key = means.size();
+    if (means.empty()) return s;
+    std::sort(means.begin(), means.end());
+    s.min_mean_ns = means.front();
+    const std::size_t h = means.size() / 2;
+    s.median_mean_ns = means.size() % 2 ? means[h] : (means[h - 1] + means[h]) / 2;
+    return s;
+  }
+};
+
+namespace detail {
+inline std::string rank_label(long r) {  // "r<r>" (snprintf: GCC 12 -Wrestrict trips on "r" + to_string)
+  char b[24];
+  std::snprintf(b, sizeof b, "r%ld", r);
+  return b;
+}
+}  // namespace detail
+
+/// Per-rank columns are printed up to this many ranks (the spread columns always).
+inline constexpr std::size_t job_table_rank_columns = 8;
+
+/// One table: merged stats per key, the spread of the per-rank mean over ranks
+/// with the slowest rank, and (for small jobs) each rank's mean in its own column.
+inline std::string format_job_table(const job_profile& j) {
+  using dflash::detail::append_fmt;
+  using dflash::detail::ms;
+  const profile_snapshot m = j.merged();
+  const std::size_t n = j.ranks.size();
+  const bool per_rank = n <= job_table_rank_columns;
+  std::size_t w = 5;
+  for (const auto& k : m.keys) w = std::max(w, k.name.size());
+  const int wi = static_cast<int>(w);
+  std::string out;
+  append_fmt(out, "job profile: %zu ranks, longest window %.3f s (mean ms per call over ranks; r<i> = rank i)\n", n,
+             static_cast<double>(m.window_ns) / 1e9);
+  append_fmt(out, "%-*s %10s %11s %10s %10s %10s %10s | %9s %9s %9s %7s", wi, "stage", "count", "total s", "mean ms",
+             "p50 ms", "p99 ms", "max ms", "rank min", "median", "max", "slowest");
+  if (per_rank)
+    for (std::size_t r = 0; r < n; ++r) append_fmt(out, " %9s", detail::rank_label(static_cast<long>(r)).c_str());
+  out += '\n';
+  for (std::size_t i = 0; i < m.keys.size(); ++i) {
+    const key_stats& k = m.keys[i];
+    if (k.count == 0) {
+      append_fmt(out, "%-*s %10d %11s %10s %10s %10s %10s | %9s %9s %9s %7s", wi, k.name.c_str(), 0, "-", "-", "-",
+                 "-", "-", "-", "-", "-", "-");
+    } else {
+      const auto s = j.spread_of(i);
+      append_fmt(out, "%-*s %10llu %11.3f %10.3f %10.3f %10.3f %10.3f | %9.3f %9.3f %9.3f %7s", wi, k.name.c_str(),
+                 static_cast<unsigned long long>(k.count), static_cast<double>(k.total_ns) / 1e9, k.mean_ns() / 1e6,
+                 ms(k.p50_ns()), ms(k.p99_ns()), ms(k.max_ns), s.min_mean_ns / 1e6, s.median_mean_ns / 1e6,
+                 s.max_mean_ns / 1e6, detail::rank_label(s.slowest_rank).c_str());
+    }
+    if (per_rank)
+      for (std::size_t r = 0; r < n; ++r) {
+        const bool has = i < j.ranks[r].keys.size() && j.ranks[r].keys[i].count;
+        if (has) append_fmt(out, " %9.3f", j.ranks[r].keys[i].mean_ns() / 1e6);
+        else append_fmt(out, " %9s", "-");
+      }
+    out += '\n';
+  }
+  for (std::size_t r = 0; r < n; ++r) {
+    if (r < j.heard.size() && !j.heard[r]) append_fmt(out, "rank %zu: no profile received yet\n", r);
+    if (r < j.errors.size() && !j.errors[r].empty())
+      append_fmt(out, "rank %zu failed: %s\n", r, j.errors[r].c_str());
+  }
+  return out;
+}
+
+/// {"ranks":N,"merged":<format_json of merged()>,"keys":[{"name":..,
+///  "rank_min_mean_ns":..,"rank_median_mean_ns":..,"rank_max_mean_ns":..,
+///  "slowest_rank":..,"per_rank":[{"count":..,"total_ns":..,"mean_ns":..},..]},..],
+///  "errors":[{"rank":..,"what":..},..]}
+inline std::string format_job_json(const job_profile& j) {
+  using dflash::detail::append_fmt;
+  const profile_snapshot m = j.merged();
+  std::string out;
+  append_fmt(out, "{\"ranks\":%zu,\"merged\":", j.ranks.size());
+  out += format_json(m);
+  out += ",\"keys\":[";
+  for (std::size_t i = 0; i < m.keys.size(); ++i) {
+    if (i) out += ',';
+    const auto s = j.spread_of(i);
+    out += "{\"name\":";
+    dflash::detail::append_json_string(out, m.keys[i].name);
+    append_fmt(out, ",\"rank_min_mean_ns\":%.3f,\"rank_median_mean_ns\":%.3f,\"rank_max_mean_ns\":%.3f,\"slowest_rank\":%d",
+               s.min_mean_ns, s.median_mean_ns, s.max_mean_ns, s.slowest_rank);
+    out += ",\"per_rank\":[";
+    for (std::size_t r = 0; r < j.ranks.size(); ++r) {
+      if (r) out += ',';
+      const key_stats none;
+      const key_stats& k = i < j.ranks[r].keys.size() ? j.ranks[r].keys[i] : none;
+      append_fmt(out, "{\"count\":%llu,\"total_ns\":%llu,\"mean_ns\":%.3f}", static_cast<unsigned long long>(k.count),
+                 static_cast<unsigned long long>(k.total_ns), k.mean_ns());
+    }
+    out += "]}";
+  }
+  out += "],\"errors\":[";
+  bool first = true;
+  for (std::size_t r = 0; r < j.errors.size(); ++r) {
+    if (j.errors[r].empty()) continue;
+    if (!first) out += ',';
+    first = false;
+    append_fmt(out, "{\"rank\":%zu,\"what\":", r);
+    dflash::detail::append_json_string(out, j.errors[r]);
+    out += '}';
+  }
+  out += "]}";
+  return out;
+}
+
+}  // namespace dflash::mpi
