@@ -14,6 +14,7 @@ packages=(
   valgrind                  # scripts/zero_cost_check.sh (callgrind)
   gnuplot-nox               # scripts/bench.sh plots
   python3                   # scripts/ helpers (checks only, never the library)
+  libopenmpi-dev openmpi-bin  # optional MPI layer (include/dflash/mpi), its tests and benchmark
 )
 
 missing=()

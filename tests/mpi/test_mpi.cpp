@@ -1,0 +1,415 @@
+// MPI tests, one mode per ctest entry (tests/mpi/CMakeLists.txt runs each
+// under mpirun). Every rank checks what it can; rank 0 checks the job-wide
+// facts after gathering them. Exit 0 only if every check held on this rank.
+
+#include <dflash/dflash.hpp>
+#include <dflash/mpi.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+int g_rank = -1;
+int g_failures = 0;
+
+#define CHECK(cond)                                                                                   \
+  do {                                                                                                \
+    if (!(cond)) {                                                                                    \
+      std::fprintf(stderr, "rank %d: CHECK failed at line %d: %s\n", g_rank, __LINE__, #cond);       \
+      ++g_failures;                                                                                   \
+    }                                                                                                 \
+  } while (0)
+
+// ---- items ----------------------------------------------------------------------
+struct tick {  // trivially copyable: crosses as its bytes
+  std::int32_t rank = -1;
+  std::int32_t seq = -1;
+  std::uint64_t check = 0;
+};
+std::uint64_t tick_check(int r, int s) { return (static_cast<std::uint64_t>(r) << 32) ^ (s * 2654435761u); }
+
+struct blob {  // buffers by pointer and size, like the example's HS item
+  std::int32_t rank = -1;
+  std::int32_t seq = -1;
+  std::vector<float> f;
+  std::vector<std::uint8_t> u;
+  double scale = 0;
+};
+blob make_blob(int r, int s) {
+  blob b;
+  b.rank = r;
+  b.seq = s;
+  b.f.resize(static_cast<std::size_t>((s * 37) % 300));  // 0 sometimes: an empty buffer is sent as none
+  for (std::size_t i = 0; i < b.f.size(); ++i) b.f[i] = static_cast<float>(r * 1000 + s) + static_cast<float>(i) * 0.5f;
+  b.u.resize(static_cast<std::size_t>((s * 13) % 7 + 1), static_cast<std::uint8_t>(s));
+  b.scale = r + s * 0.25;
+  return b;
+}
+bool blob_ok(const blob& b) {
+  const blob want = make_blob(b.rank, b.seq);
+  return b.f == want.f && b.u == want.u && b.scale == want.scale;
+}
+
+}  // namespace
+
+template <>
+struct dflash::mpi::wire<blob> {
+  static void for_each_field(blob& x, auto&& f) {
+    f(x.rank);
+    f(x.seq);
+    f(x.f);
+    f(x.u);
+    f(x.scale);
+  }
+};
+
+namespace {
+
+int ident(const tick& t) { return t.rank; }
+int ident(const blob& b) { return b.rank; }
+int seq_of(const tick& t) { return t.seq; }
+int seq_of(const blob& b) { return b.seq; }
+template <class T>
+T make(int r, int s) {
+  if constexpr (std::is_same_v<T, tick>) return tick{r, s, tick_check(r, s)};
+  else return make_blob(r, s);
+}
+bool item_ok(const tick& t) { return t.check == tick_check(t.rank, t.seq); }
+bool item_ok(const blob& b) { return blob_ok(b); }
+
+// ---- stages -----------------------------------------------------------------
+struct run_config {
+  int items = 0;            // per producer; < 0: endless
+  int throw_at = -1;        // the source (or the sink) throws at this item
+  int slow_every = 0;       // the consumer sleeps 1 ms every this many items
+  std::int64_t throw_ns = 0;  // steady_clock time of the throw
+};
+
+template <dflash::ProfilerPolicy P, class T>
+struct gen_source {
+  static constexpr dflash::fixed_string name{"gen"};
+  using input_type = void;
+  using output_type = T;
+  run_config* cfg;
+  int rank;
+  int next = 0;
+  std::optional<T> operator()() {
+    if (cfg->items >= 0 && next >= cfg->items) return std::nullopt;
+    if (next == cfg->throw_at) {
+      cfg->throw_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+      throw std::runtime_error("boom from rank " + std::to_string(rank));
+    }
+    return make<T>(rank, next++);
+  }
+};
+
+template <dflash::ProfilerPolicy P, class T>
+struct collect_sink {
+  static constexpr dflash::fixed_string name{"collect"};
+  using input_type = T;
+  using output_type = void;
+  run_config* cfg;
+  std::vector<std::pair<int, int>>* got;
+  int* bad;
+  void operator()(T&& x) {
+    if (!item_ok(x)) ++*bad;
+    got->emplace_back(ident(x), seq_of(x));
+    if (static_cast<int>(got->size()) == cfg->throw_at) {
+      cfg->throw_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+      throw std::runtime_error("boom from the consumer");
+    }
+    if (cfg->slow_every && got->size() % static_cast<std::size_t>(cfg->slow_every) == 0) std::this_thread::sleep_for(1ms);
+  }
+};
+
+constexpr std::size_t depth = 4;
+template <class T>
+using link_t = dflash::mpi::mpi_link<T, "net", depth>;
+
+template <class T>
+struct pipes {
+  template <class P>
+  using producer = dflash::Pipeline<P, gen_source<P, T>, dflash::queue_spec<"out_q", 4>, dflash::mpi::mpi_link_sink<P, link_t<T>>>;
+  template <class P>
+  using consumer = dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<T>>, dflash::queue_spec<"in_q", 4>, collect_sink<P, T>>;
+  // One key set for every rank: both pipelines' keys.
+  using keys = dflash::key_set_cat_t<dflash::pipeline_keys_t<producer>, dflash::pipeline_keys_t<consumer>>;
+  using profiler = dflash::AccumulatingProfiler<keys>;
+};
+
+std::vector<int> gather_ints(const std::vector<int>& mine) {  // to rank 0, after job.finish()
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<std::size_t>(size)), offs(static_cast<std::size_t>(size));
+  MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int i = 0; i < size; ++i) offs[static_cast<std::size_t>(i)] = std::exchange(total, total + counts[static_cast<std::size_t>(i)]);
+  std::vector<int> all(static_cast<std::size_t>(std::max(total, 1)));
+  MPI_Gatherv(mine.data(), n, MPI_INT, all.data(), counts.data(), offs.data(), MPI_INT, 0, MPI_COMM_WORLD);
+  all.resize(static_cast<std::size_t>(total));
+  return all;
+}
+
+// Runs one link job: producers send cfg.items each, consumers collect.
+// Returns what rank 0 needs: every (rank, seq) received anywhere.
+template <class T>
+struct link_run {
+  std::vector<std::pair<int, int>> got;  // this rank's
+  int bad = 0;
+  bool ran_ok = false;
+  dflash::mpi::job_result result;
+  dflash::mpi::link_stats stats;
+  std::int64_t end_ns = 0;
+};
+
+template <class T>
+link_run<T> run_link(dflash::mpi::job& job, const std::vector<int>& producers, const std::vector<int>& consumers,
+                     run_config& cfg, run_config& consumer_cfg) {
+  using S = pipes<T>;
+  typename S::profiler prof;
+  job.start(prof);
+  link_t<T> link(job, producers, consumers);
+  link_run<T> out;
+  if (link.is_producer()) {
+    typename S::template producer<typename S::profiler> p(prof, gen_source<typename S::profiler, T>{&cfg, job.rank()},
+                                                          dflash::mpi::mpi_link_sink<typename S::profiler, link_t<T>>{&link, prof});
+    out.ran_ok = job.run(p);
+  } else if (link.is_consumer()) {
+    typename S::template consumer<typename S::profiler> p(
+        prof, dflash::mpi::mpi_link_source<typename S::profiler, link_t<T>>{&link, prof},
+        collect_sink<typename S::profiler, T>{&consumer_cfg, &out.got, &out.bad});
+    out.ran_ok = job.run(p);
+  }
+  out.end_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+  out.result = job.finish();
+  out.stats = link.stats();
+  return out;
+}
+
+// Every (p, s) for p in producers, s < items: exactly once over all consumers.
+template <class T>
+void check_exactly_once(link_run<T>& r, const std::vector<int>& producers, int items) {
+  std::vector<int> flat;
+  for (auto [p, s] : r.got) flat.insert(flat.end(), {p, s});
+  const auto all = gather_ints(flat);
+  if (g_rank != 0) return;
+  std::map<std::pair<int, int>, int> seen;
+  for (std::size_t i = 0; i + 1 < all.size(); i += 2) ++seen[{all[i], all[i + 1]}];
+  std::size_t expected = 0;
+  for (int p : producers)
+    for (int s = 0; s < items; ++s) {
+      ++expected;
+      const auto it = seen.find({p, s});
+      CHECK(it != seen.end() && it->second == 1);
+    }
+  CHECK(seen.size() == expected);       // nothing that was not sent
+  CHECK(all.size() == 2 * expected);    // nothing twice
+}
+
+// ---- modes --------------------------------------------------------------------
+int aggregate(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  const int n = job.size();
+  // Bad input: a link naming a rank outside the job is refused with a clear error.
+  try {
+    link_t<tick> bad(job, {0}, {n});
+    CHECK(false);
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("not in the job") != std::string::npos);
+  }
+  using profiler = dflash::AccumulatingProfiler<dflash::key_set<"a", "b">>;
+  profiler prof;
+  std::atomic<int> reports{0};
+  dflash::mpi::job_options opt;
+  opt.report_interval = 5ms;
+  opt.on_report = [&](const dflash::mpi::job_profile& j) {
+    CHECK(j.ranks.size() == static_cast<std::size_t>(n));
+    ++reports;
+  };
+  job.start(prof, opt);
+  // rank r: r + 1 records of "a" lasting (r + 1) ms each; rank r records "b" only if r is odd.
+  const int r = job.rank();
+  for (int i = 0; i <= r; ++i) prof.add(dflash::key<"a">, std::chrono::milliseconds(r + 1));
+  if (r % 2) prof.add(dflash::key<"b">, 3ms);
+  const auto mine = prof.snapshot();
+  auto res = job.finish();
+  CHECK(res.ok);
+  if (r == 0) {
+    CHECK(res.profile.has_value());
+    const auto& j = *res.profile;
+    CHECK(j.ranks.size() == static_cast<std::size_t>(n));
+    const auto m = j.merged();
+    std::uint64_t count = 0, total = 0;
+    for (int k = 0; k < n; ++k) {
+      count += static_cast<std::uint64_t>(k + 1);
+      total += static_cast<std::uint64_t>(k + 1) * static_cast<std::uint64_t>(k + 1) * 1'000'000;
+    }
+    CHECK(m.keys[0].name == "a");
+    CHECK(m.keys[0].count == count);
+    CHECK(m.keys[0].total_ns == total);
+    CHECK(m.keys[0].min_ns == 1'000'000);
+    CHECK(m.keys[0].max_ns == static_cast<std::uint64_t>(n) * 1'000'000);
+    std::uint64_t hist = 0;
+    for (auto b : m.keys[0].buckets) hist += b;
+    CHECK(hist == count);
+    for (int k = 0; k < n; ++k) CHECK(j.ranks[static_cast<std::size_t>(k)].keys[0].count == static_cast<std::uint64_t>(k + 1));
+    CHECK(j.ranks[0].keys[0].total_ns == mine.keys[0].total_ns);
+    CHECK(m.keys[1].count == static_cast<std::uint64_t>(n / 2));
+    const auto sp = j.spread_of(0);
+    CHECK(sp.slowest_rank == n - 1);
+    CHECK(sp.ranks_with_key == static_cast<std::size_t>(n));
+    CHECK(sp.min_mean_ns == 1e6 && sp.max_mean_ns == n * 1e6);
+    CHECK(j.spread_of(1).ranks_with_key == static_cast<std::size_t>(n / 2));  // ranks without "b" left out
+    const auto table = dflash::mpi::format_job_table(j);
+    std::fputs(table.c_str(), stdout);
+    CHECK(table.find(dflash::mpi::detail::rank_label(n - 1)) != std::string::npos);
+    const auto js = nlohmann::json::parse(dflash::mpi::format_job_json(j));
+    CHECK(js["ranks"] == n);
+    CHECK(js["merged"]["keys"][0]["count"] == count);
+    CHECK(js["keys"][0]["slowest_rank"] == n - 1);
+    CHECK(js["keys"][0]["per_rank"].size() == static_cast<std::size_t>(n));
+    CHECK(js["errors"].empty());
+  }
+  return g_failures;
+}
+
+template <class T>
+int exactly_once(int argc, char** argv, bool multi) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  // several producers -> one consumer, or two producers -> two consumers
+  const std::vector<int> producers = multi ? std::vector<int>{0, 1} : std::vector<int>{1, 2, 3};
+  const std::vector<int> consumers = multi ? std::vector<int>{2, 3} : std::vector<int>{0};
+  const int items = multi ? 600 : 2000;
+  run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 25, 0};  // a slowish consumer: backpressure engages
+  auto r = run_link<T>(job, producers, consumers, cfg, ccfg);
+  CHECK(r.ran_ok);
+  CHECK(r.result.ok);
+  CHECK(r.bad == 0);
+  // Measured on the receiving side: never more than depth items of one producer held here.
+  CHECK(r.stats.max_buffered_per_producer <= depth);
+  if (!multi && g_rank == 0) CHECK(r.stats.max_buffered_per_producer >= 1);
+  check_exactly_once(r, producers, items);
+  if (g_rank == 0) {
+    const auto m = r.result.profile->merged();
+    const auto* sent = m.find("net.send.work");
+    CHECK(sent && sent->count == producers.size() * static_cast<std::size_t>(items));
+    std::fputs(dflash::mpi::format_job_table(*r.result.profile).c_str(), stdout);
+  }
+  return g_failures;
+}
+
+// Close / drain: one producer finishes at once with nothing to send, another
+// sends slowly; the consumer must not close before the last FIN and item.
+int drain(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  const int items = job.rank() == 1 ? 0 : 400;
+  run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 0, 0};
+  auto r = run_link<blob>(job, {1, 2}, {0}, cfg, ccfg);
+  CHECK(r.ran_ok);
+  CHECK(r.result.ok);
+  if (g_rank == 0) CHECK(r.got.size() == 400u);
+  std::vector<int> flat;
+  for (auto [p, s] : r.got) flat.insert(flat.end(), {p, s});
+  const auto all = gather_ints(flat);
+  if (g_rank == 0) {
+    std::set<std::pair<int, int>> seen;
+    for (std::size_t i = 0; i + 1 < all.size(); i += 2) seen.insert({all[i], all[i + 1]});
+    CHECK(seen.size() == 400u);
+    CHECK(!seen.empty() && seen.begin()->first == 2 && seen.rbegin()->second == 399);
+  }
+  return g_failures;
+}
+
+// A throwing rank stops every rank within 1 s (the bound; typically
+// milliseconds), every rank learns the job failed, rank 0 names the error.
+int throwing(int argc, char** argv, bool producer_throws) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  const std::vector<int> producers = producer_throws ? std::vector<int>{1, 2, 3} : std::vector<int>{1, 2};
+  run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 2, 0};  // endless sources: only a stop ends this job
+  if (producer_throws && job.rank() == 2) cfg.throw_at = 200;
+  if (!producer_throws) ccfg.throw_at = 300;
+  auto r = run_link<tick>(job, producers, {0}, cfg, ccfg);
+  const bool thrower = producer_throws ? job.rank() == 2 : job.rank() == 0;
+  CHECK(r.ran_ok == !thrower);
+  CHECK(!r.result.ok);  // on every rank
+  const std::int64_t throw_ns = producer_throws ? cfg.throw_ns : ccfg.throw_ns;
+  std::vector<std::int64_t> ends(static_cast<std::size_t>(job.size())), throws(static_cast<std::size_t>(job.size()));
+  MPI_Gather(&r.end_ns, 1, MPI_INT64_T, ends.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  MPI_Gather(&throw_ns, 1, MPI_INT64_T, throws.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    const std::int64_t t0 = *std::max_element(throws.begin(), throws.end());
+    CHECK(t0 > 0);
+    const std::int64_t last = *std::max_element(ends.begin(), ends.end());
+    const double s = static_cast<double>(last - t0) / 1e9;
+    std::printf("last rank stopped %.3f ms after the throw\n", s * 1e3);
+    CHECK(s < 1.0);  // steady_clock is CLOCK_MONOTONIC, one clock for every process on this machine
+    std::printf("rank 0 reports: %s\n", r.result.error.c_str());
+    const std::string want = producer_throws ? "rank 2: boom from rank 2" : "rank 0: boom from the consumer";
+    CHECK(r.result.error == want);  // only the thrower's error, none from the ranks it stopped
+    CHECK(r.result.profile && !r.result.profile->errors[producer_throws ? 2 : 0].empty());
+  }
+  return g_failures;
+}
+
+int key_mismatch(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  bool threw = false;
+  try {
+    if (job.rank() == 1) {
+      dflash::AccumulatingProfiler<dflash::key_set<"a", "c">> prof;
+      job.start(prof);
+    } else {
+      dflash::AccumulatingProfiler<dflash::key_set<"a", "b">> prof;
+      job.start(prof);
+    }
+  } catch (const std::runtime_error& e) {
+    threw = true;
+    const std::string w = e.what();
+    std::printf("rank %d: %s\n", job.rank(), w.c_str());
+    CHECK(w.find("different key sets") != std::string::npos);
+    CHECK(w.find("rank 1: 'c', rank 0: 'b'") != std::string::npos);
+  }
+  CHECK(threw);  // on every rank, so none waits for the others
+  return g_failures;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  try {
+    if (mode == "aggregate") return aggregate(argc, argv);
+    if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
+    if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
+    if (mode == "drain") return drain(argc, argv);
+    if (mode == "throw_producer") return throwing(argc, argv, true);
+    if (mode == "throw_consumer") return throwing(argc, argv, false);
+    if (mode == "key_mismatch") return key_mismatch(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
+                       "throw_producer, throw_consumer, key_mismatch)\n", mode.c_str());
+  return 2;
+}
