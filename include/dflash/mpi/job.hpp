@@ -73,7 +73,10 @@ class channel {
   /// The job stopped: wake blocked senders and receivers (they end their stage).
   virtual void on_stop() = 0;
   /// This rank's pipeline ended normally: producers tell consumers (FIN).
-  virtual void finish_sending() = 0;
+  /// Returns true if that end is premature for the link (a consumer that
+  /// stopped taking items before every producer finished): the job then
+  /// stops every rank, as producers would otherwise wait for credits forever.
+  virtual bool finish_sending() = 0;
   /// Every send of this rank on the link has completed (matched).
   virtual bool quiescent() = 0;
   /// First tag of the three the link uses (must be equal on every rank).
@@ -406,7 +409,8 @@ class job {
       {
         std::lock_guard lk(ch_m_);
         if (!fin_done && finish_sending_.load(std::memory_order_acquire)) {
-          for (channel* c : channels_) c->finish_sending();
+          for (channel* c : channels_)
+            if (c->finish_sending()) stop_requested_.store(true, std::memory_order_release);
           fin_done = true;
         }
         for (channel* c : channels_) busy |= c->progress();

@@ -151,7 +151,11 @@ class mpi_link final : public channel {
     outbox_.clear();  // not yet posted: dropped
     cv_.notify_all();
   }
-  void finish_sending() override { fin_pending_ = producer_; }
+  bool finish_sending() override {
+    fin_pending_ = producer_;
+    std::lock_guard lk(m_);
+    return consumer_ && !closed_;
+  }
 
   bool quiescent() override {
     std::lock_guard lk(m_);
