@@ -154,7 +154,7 @@ class mpi_link final : public channel {
   bool finish_sending() override {
     fin_pending_ = producer_;
     std::lock_guard lk(m_);
-    return consumer_ && !closed_;
+    return consumer_ && fins_ < producers_.size();
   }
 
   bool quiescent() override {
