@@ -235,6 +235,15 @@ class job {
   }
 
   // ---- for links ------------------------------------------------------------
+  /// A link has work for the progress thread (an item to send, a credit to
+  /// return): wake it now rather than at its next poll.
+  void wake() noexcept {
+    wake_.store(true);  // seq_cst with sleeping_: the thread either sees wake_ or is told
+    if (sleeping_.load()) {
+      std::lock_guard lk(wake_m_);
+      wake_cv_.notify_one();
+    }
+  }
   void attach(channel* c) {
     std::lock_guard lk(ch_m_);
     for (channel* o : channels_)
@@ -496,11 +505,18 @@ class job {
         final_done = true;
       }
       if (final_done) return;
-      // Idle: spin briefly, then sleep a little (bounded: a STOP waits at most ~0.2 ms here).
-      if (busy) {
+      // Idle: yield a while, then sleep until a link hands over work (wake()) or
+      // 0.1 ms passed: incoming messages are only seen by polling, so the
+      // sleep stays short (a remote STOP waits at most ~0.1 ms here).
+      if (busy || wake_.exchange(false, std::memory_order_acq_rel)) {
         idle = 0;
-      } else if (++idle > 64) {
-        std::this_thread::sleep_for(std::chrono::microseconds(idle > 2000 ? 200 : 20));
+      } else if (++idle > 200) {
+        std::unique_lock lk(wake_m_);
+        sleeping_.store(true);
+        wake_cv_.wait_for(lk, std::chrono::microseconds(100), [&] { return wake_.load(); });
+        sleeping_.store(false);
+      } else {
+        std::this_thread::yield();
       }
     }
   }
@@ -526,6 +542,10 @@ class job {
   std::mutex state_m_;
   std::string error_;
   std::atomic<bool> stop_requested_{false}, stopped_{false}, finish_sending_{false}, finish_requested_{false};
+
+  std::mutex wake_m_;
+  std::condition_variable wake_cv_;
+  std::atomic<bool> wake_{false}, sleeping_{false};
 
   job_profile latest_, final_;  // progress thread only (final_ read after join)
   bool bye_ok_ = true;

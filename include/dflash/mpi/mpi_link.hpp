@@ -114,6 +114,8 @@ class mpi_link final : public channel {
     if (stopped_) throw pipeline_stop{};
     ++in_flight_;
     outbox_.push_back(std::move(item));
+    lk.unlock();
+    job_.wake();
   }
 
   /// Consumer side: the next item, or empty once every producer finished and
@@ -134,6 +136,8 @@ class mpi_link final : public channel {
     --buffered_[static_cast<std::size_t>(src)];
     ++credit_due_[static_cast<std::size_t>(src)];
     ++stats_.received;
+    lk.unlock();
+    job_.wake();  // the credit goes back now
     return std::move(item);
   }
 
