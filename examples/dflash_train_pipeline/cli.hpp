@@ -111,6 +111,12 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress lines");
+  std::string ranks;
+  auto* ranks_opt = app.add_option("--ranks", ranks,
+                                   "run as an MPI job (under mpirun, builds with MPI): target=T,drafter=1 — ranks "
+                                   "0..T-1 run source, target forward and postprocess, rank T trains the drafter; "
+                                   "hidden states cross ranks over a dflash::mpi::mpi_link; rank 0 prints the job's "
+                                   "profile with a column per rank");
 
   try {
     app.parse(argc, argv);
@@ -135,6 +141,32 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
   }
   if (trace->count() > 0 && o.trace.empty()) return usage("--trace: the file name is empty");
   if (results->count() > 0 && o.results.empty()) return usage("--results: the file name is empty");
+  if (ranks_opt->count() > 0) {
+    // "target=T,drafter=D", both keys once, in any order.
+    int t = -1, d = -1;
+    std::size_t at = 0;
+    while (at <= ranks.size()) {
+      const std::size_t comma = std::min(ranks.find(',', at), ranks.size());
+      const std::string part = ranks.substr(at, comma - at);
+      const std::size_t eq = part.find('=');
+      const std::string key = part.substr(0, eq), val = eq == std::string::npos ? "" : part.substr(eq + 1);
+      int* slot = key == "target" ? &t : key == "drafter" ? &d : nullptr;
+      if (!slot || eq == std::string::npos || val.empty() || val.size() > 6 ||
+          val.find_first_not_of("0123456789") != std::string::npos || *slot != -1)
+        return usage("--ranks: expected target=T,drafter=D (each once, positive integers), got '" + ranks + "'");
+      *slot = std::stoi(val);
+      at = comma + 1;
+    }
+    if (t < 1 || d < 1) return usage("--ranks: needs target=T and drafter=D with T, D >= 1, got '" + ranks + "'");
+    if (d != 1)
+      return usage("--ranks: one drafter rank is supported (several would need a gradient all-reduce), got drafter=" +
+                   std::to_string(d));
+    if (device == "cuda") return usage("--ranks: the MPI job runs the hs_device link on the host twin: use --device cpu");
+    if (trace->count() > 0) return usage("--ranks: --trace is per process and not supported in an MPI job");
+    if (results->count() > 0) return usage("--ranks: --results is not supported in an MPI job");
+    o.target_ranks = t;
+    o.drafter_ranks = d;
+  }
   o.profile_format = format == "json" ? output_format::json : output_format::table;
   o.device = device == "cuda" ? device_kind::cuda : device_kind::cpu;
   return std::nullopt;

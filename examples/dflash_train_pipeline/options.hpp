@@ -29,6 +29,8 @@ struct Options {
   device_kind device = device_kind::cpu;
   double progress_interval = 1.0;       ///< seconds between progress lines; 0 = only the last
   bool quiet = false;                   ///< no progress lines (benchmarks)
+  std::int32_t target_ranks = 0;        ///< --ranks target=T,drafter=D under mpirun; 0 = one process
+  std::int32_t drafter_ranks = 0;
 };
 
 }  // namespace dflash_example

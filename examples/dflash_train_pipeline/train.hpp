@@ -161,6 +161,10 @@ inline void print_result(Console& console, const RunResult& r) {
   console.block(buf);
 }
 
+/// --ranks: the MPI job (mpi_train.hpp, in builds with MPI).
+template <dflash::ProfilerPolicy Stats>
+int mpi_train_main(const Options& o, int argc, char** argv);
+
 /// The program. Stats = NullProfiler or AccumulatingProfiler<train_keys>.
 template <dflash::ProfilerPolicy Stats>
 int train_main(int argc, char** argv) {
@@ -168,6 +172,14 @@ int train_main(int argc, char** argv) {
   Options o;
   if (auto rc = parse_cli(argc, argv, o, profiled, std::cout, std::cerr)) return *rc;
   const char* self = profiled ? "dflash_train_pipeline_profiled" : "dflash_train_pipeline";
+  if (o.target_ranks > 0) {
+#if DFLASH_EXAMPLE_MPI
+    return mpi_train_main<Stats>(o, argc, argv);
+#else
+    std::cerr << self << ": error: --ranks needs a build with MPI (DFLASH_ENABLE_MPI=ON)\n";
+    return exit_usage;
+#endif
+  }
 
   std::unique_ptr<device_postprocessor> device;
   if (o.device == device_kind::cuda) {
@@ -219,3 +231,7 @@ int train_main(int argc, char** argv) {
 }
 
 }  // namespace dflash_example
+
+#if DFLASH_EXAMPLE_MPI
+#include "mpi_train.hpp"
+#endif

@@ -1,0 +1,161 @@
+#pragma once
+// The example over MPI (--ranks target=T,drafter=1; built when DFLASH_ENABLE_MPI):
+//
+//   target ranks 0..T-1:  source -> batch_queue -> target_forward xN -> hs_device -> postprocess
+//                         -> hs_out -> mpi_link_sink ─┐
+//   drafter rank T:       mpi_link_source <────────────┘ (hs_net) -> hs_in -> unpack -> hs_queue -> drafter
+//
+// Target rank r trains on steps r, r+T, r+2T, ... (the same data a single
+// process makes, split); every rank uses one profiler type over both
+// pipelines' keys, and rank 0 prints the job's table with a column per rank.
+// The hs_device link runs on the host twin here (--device cpu).
+
+#include <dflash/mpi.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train.hpp"
+
+/// HsItem crosses hs_net as its scalars plus one message per vector; the
+/// drafter's CSR form of the mask is rebuilt on arrival (unpack), not sent.
+template <>
+struct dflash::mpi::wire<std::unique_ptr<dflash_example::HsItem>> {
+  static void for_each_field(std::unique_ptr<dflash_example::HsItem>& p, auto&& f) {
+    if (!p) p = std::make_unique<dflash_example::HsItem>();  // receiving: a fresh item
+    auto& x = *p;
+    f(x.step), f(x.dropped), f(x.hidden), f(x.tokens), f(x.loss_mask), f(x.doc_ids), f(x.pos), f(x.anchors), f(x.keep);
+    auto& m = x.mask;
+    f(m.params), f(m.tile), f(m.num_q_tiles), f(m.num_kv_tiles);
+    f(m.kv_num_blocks), f(m.kv_indices), f(m.full_kv_num_blocks), f(m.full_kv_indices);
+    f(m.rule.anchors), f(m.rule.keep), f(m.rule.pos), f(m.rule.bound);
+  }
+};
+
+namespace dflash_example {
+
+using hs_link = dflash::mpi::mpi_link<std::unique_ptr<HsItem>, "hs_net", 8>;
+
+/// Steps first, first + stride, ... below --steps: one target rank's share.
+struct strided_source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = Batch;
+  const Setup* setup;
+  std::int64_t next, stride;
+  std::optional<Batch> operator()() {
+    if (next >= setup->opts.steps) return std::nullopt;
+    const std::int64_t step = std::exchange(next, next + stride);
+    return Batch{step, setup->source.make_batch(setup->opts.seed, static_cast<std::uint64_t>(step), setup->opts.seq_len)};
+  }
+};
+
+/// On the drafter rank: the drafter's CSR attention mask from the block mask that arrived.
+template <dflash::ProfilerPolicy P>
+struct unpack {
+  static constexpr dflash::fixed_string name{"unpack"};
+  using input_type = std::unique_ptr<HsItem>;
+  using output_type = std::unique_ptr<HsItem>;
+  std::unique_ptr<HsItem> operator()(std::unique_ptr<HsItem>&& it) {
+    if (!it->dropped) {
+      const auto& m = it->mask;
+      it->attention = attention_from_block_mask(m, {m.params, it->anchors.data(), it->keep.data(), it->pos.data()});
+    }
+    return std::move(it);
+  }
+};
+
+template <class P, class B>
+using target_rank_pipeline = dflash::Pipeline<P,                                                  //
+                                              strided_source, dflash::queue_spec<"batch_queue", 8>,  //
+                                              dflash::workers<target_forward<P, B>, 2>,            //
+                                              dflash::device_link<"hs_device", 4>,                 //
+                                              postprocess<P, B>, dflash::queue_spec<"hs_out", 8>,  //
+                                              dflash::mpi::mpi_link_sink<P, hs_link>>;
+template <class P>
+using target_rank_twin = target_rank_pipeline<P, dflash::host_stream_backend>;
+template <class P>
+using drafter_rank_pipeline = dflash::Pipeline<P,                                                          //
+                                               dflash::mpi::mpi_link_source<P, hs_link>,                   //
+                                               dflash::queue_spec<"hs_in", 8>, unpack<P>,                  //
+                                               dflash::queue_spec<"hs_queue", 60>, drafter_train<P>>;
+/// One key set for every rank (the job checks that at start-up).
+using mpi_train_keys =
+    dflash::key_set_cat_t<dflash::pipeline_keys_t<target_rank_twin>, dflash::pipeline_keys_t<drafter_rank_pipeline>>;
+
+template <dflash::ProfilerPolicy Stats>
+int mpi_train_main(const Options& o, int argc, char** argv) {
+  constexpr bool profiled = Stats::enabled;
+  const char* self = profiled ? "dflash_train_pipeline_profiled" : "dflash_train_pipeline";
+  using P = std::conditional_t<profiled, dflash::AccumulatingProfiler<mpi_train_keys>, dflash::NullProfiler>;
+  using B = dflash::host_stream_backend;
+  dflash::mpi::job job(argc, argv);
+  const int T = o.target_ranks;
+  if (job.size() != T + o.drafter_ranks) {  // every rank sees the same sizes: all exit alike
+    if (job.rank() == 0)
+      std::fprintf(stderr, "%s: error: --ranks target=%d,drafter=%d needs %d MPI processes, mpirun started %d\n", self,
+                   T, o.drafter_ranks, T + o.drafter_ranks, job.size());
+    return exit_usage;
+  }
+  const bool target = job.rank() < T;
+  Console console(stdout, false, o.quiet || target);
+  P prof;
+  dflash::mpi::job_options jo;
+  const bool json = o.profile_format == output_format::json;
+  if (profiled && o.profile_interval > 0) {
+    jo.report_interval = std::chrono::milliseconds(static_cast<std::int64_t>(o.profile_interval * 1000));
+    jo.on_report = [&console, json](const dflash::mpi::job_profile& j) {
+      console.block("job profile so far:\n" + (json ? dflash::mpi::format_job_json(j) : dflash::mpi::format_job_table(j)));
+    };
+  }
+  job.start(prof, jo);
+  std::vector<int> producers, consumers;
+  for (int r = 0; r < job.size(); ++r) (r < T ? producers : consumers).push_back(r);
+  hs_link link(job, producers, consumers);
+
+  RunResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    const Setup setup(o);
+    if (job.rank() == 0) {
+      char head[160];
+      std::snprintf(head, sizeof head, "MPI job: %d target ranks (0..%d), drafter rank %d, hs_net link depth %zu\n", T,
+                    T - 1, T, hs_link::depth);
+      console.block(head + describe(setup, profiled));
+    }
+    if (target) {
+      using pipeline = target_rank_pipeline<P, B>;
+      auto shape = pipeline::default_shape();
+      shape.workers[1] = static_cast<std::size_t>(o.target_workers);
+      shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
+      shape.depths[1] = static_cast<std::size_t>(o.post_queue_depth);
+      pipeline p(prof, shape, strided_source{&setup, static_cast<std::int64_t>(job.rank()), static_cast<std::int64_t>(T)},
+                 target_forward<P, B>(prof, &setup, static_cast<std::size_t>(o.target_workers)),
+                 postprocess<P, B>(prof, &setup, nullptr), dflash::mpi::mpi_link_sink<P, hs_link>{&link, prof});
+      job.run(p);
+    } else {
+      using pipeline = drafter_rank_pipeline<P>;
+      auto shape = pipeline::default_shape();
+      shape.depths[1] = static_cast<std::size_t>(o.hs_queue_depth);
+      Drafter drafter(setup.drafter_cfg);
+      pipeline p(prof, shape, dflash::mpi::mpi_link_source<P, hs_link>{&link, prof}, unpack<P>{},
+                 drafter_train<P>(prof, &drafter, &r.log, &console, o.steps, o.progress_interval));
+      job.run(p);
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      print_result(console, r);
+    }
+  } catch (const std::exception& e) {  // before the pipeline ran (e.g. the setup): stop the others too
+    job.fail(e.what());
+  }
+  const auto res = job.finish();
+  if (job.rank() == 0) {
+    if (profiled && res.profile)
+      console.block("final job profile (whole run, every rank):\n" +
+                    (json ? dflash::mpi::format_job_json(*res.profile) : dflash::mpi::format_job_table(*res.profile)));
+    if (!res.ok) std::fprintf(stderr, "%s: error: %s\n", self, res.error.c_str());
+  }
+  return res.ok ? 0 : exit_failure;
+}
+
+}  // namespace dflash_example
