@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -235,19 +236,29 @@ int aggregate(int argc, char** argv) {
   }
   using profiler = dflash::AccumulatingProfiler<dflash::key_set<"a", "b">>;
   profiler prof;
-  std::atomic<int> reports{0};
-  dflash::mpi::job_options opt;
-  opt.report_interval = 5ms;
-  opt.on_report = [&](const dflash::mpi::job_profile& j) {
-    CHECK(j.ranks.size() == static_cast<std::size_t>(n));
-    ++reports;
-  };
-  job.start(prof, opt);
   // rank r: r + 1 records of "a" lasting (r + 1) ms each; rank r records "b" only if r is odd.
   const int r = job.rank();
   for (int i = 0; i <= r; ++i) prof.add(dflash::key<"a">, std::chrono::milliseconds(r + 1));
   if (r % 2) prof.add(dflash::key<"b">, 3ms);
   const auto mine = prof.snapshot();
+  // Periodic reports: rank 0 waits for one that has heard every rank; its merged
+  // count must then be the final one (nothing is recorded after this point).
+  std::atomic<std::uint64_t> periodic_count{0};
+  std::atomic<bool> heard_all{false};
+  dflash::mpi::job_options opt;
+  opt.report_interval = 5ms;
+  opt.on_report = [&](const dflash::mpi::job_profile& j) {  // rank 0, progress thread
+    CHECK(j.ranks.size() == static_cast<std::size_t>(n));
+    if (heard_all.load()) return;
+    if (std::all_of(j.heard.begin(), j.heard.end(), [](bool h) { return h; })) {
+      periodic_count = j.merged().keys[0].count;
+      heard_all = true;
+    }
+  };
+  job.start(prof, opt);
+  // No timing bound: the loops end as soon as the reports flowed; a hang hits the ctest timeout.
+  if (r == 0) while (!heard_all.load()) std::this_thread::sleep_for(1ms);
+  else while (job.periodic_reports() < 1) std::this_thread::sleep_for(1ms);
   auto res = job.finish();
   CHECK(res.ok);
   if (r == 0) {
@@ -285,6 +296,7 @@ int aggregate(int argc, char** argv) {
     CHECK(js["keys"][0]["slowest_rank"] == n - 1);
     CHECK(js["keys"][0]["per_rank"].size() == static_cast<std::size_t>(n));
     CHECK(js["errors"].empty());
+    CHECK(periodic_count.load() == count);
   }
   return g_failures;
 }

@@ -207,6 +207,8 @@ class job {
   }
   /// Stops every rank's pipeline (no error). Thread-safe, non-blocking.
   void stop_all() noexcept { stop_requested_.store(true, std::memory_order_release); }
+  /// Periodic snapshots this rank has sent to rank 0 (rank 0: reports made).
+  [[nodiscard]] std::uint64_t periodic_reports() const noexcept { return periodic_.load(std::memory_order_acquire); }
   /// A STOP was seen (from this rank or another).
   [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
 
@@ -436,6 +438,7 @@ class job {
         } else {
           post_owned(to_bytes(encode_snapshot(snapshot())), 0, tag_profile);
         }
+        periodic_.fetch_add(1, std::memory_order_acq_rel);
       }
       if (rank_ == 0) {
         while (probe(MPI_ANY_SOURCE, tag_profile, st)) {
@@ -542,6 +545,7 @@ class job {
   std::mutex state_m_;
   std::string error_;
   std::atomic<bool> stop_requested_{false}, stopped_{false}, finish_sending_{false}, finish_requested_{false};
+  std::atomic<std::uint64_t> periodic_{0};
 
   std::mutex wake_m_;
   std::condition_variable wake_cv_;
