@@ -48,9 +48,11 @@ if [[ -e $out ]] && ! [[ -f $out/MANIFEST && -f $out/run.sh ]] && [[ -n $(ls -A 
 fi
 
 echo "gpu-bundle: configure $build (Release, CUDA on, sm_$arch)"
+# MPI off: the GPU machine has no OpenMPI, and the example would link libmpi for --ranks.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DDFLASH_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DDFLASH_BUILD_TESTS=ON -DDFLASH_BUILD_BENCHMARKS=ON -DDFLASH_BUILD_EXAMPLES=ON -DDFLASH_STATIC_LIBSTDCXX=ON \
+  -DDFLASH_ENABLE_MPI=OFF \
   -DCMAKE_SKIP_BUILD_RPATH=OFF -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
   '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib' -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF \
   >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; die "configure failed"; }
