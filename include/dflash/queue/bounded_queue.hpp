@@ -24,6 +24,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -33,6 +34,26 @@
 #include "dflash/queue/queue_keys.hpp"
 
 namespace dflash {
+
+namespace detail {
+/// steady_clock::now() + timeout, saturated at time_point::max() ("forever")
+/// instead of overflowing; zero or negative = now. The comparison runs in
+/// long double, so hours::max() or an infinite duration<double> cannot
+/// overflow on the way. A NaN timeout is the caller's bug and throws.
+template <class Rep, class Period>
+std::chrono::steady_clock::time_point saturating_deadline(std::chrono::duration<Rep, Period> timeout,
+                                                          std::string_view who) {
+  using sc = std::chrono::steady_clock;
+  using ld = std::chrono::duration<long double, std::nano>;
+  const auto now = sc::now();
+  const ld t = std::chrono::duration_cast<ld>(timeout);
+  if (t.count() != t.count()) throw std::invalid_argument(std::string(who) + ": timeout is NaN");
+  if (!(t.count() > 0)) return now;
+  const ld room = std::chrono::duration_cast<ld>(sc::time_point::max() - now);
+  if (t >= room) return sc::time_point::max();
+  return now + std::chrono::ceil<sc::duration>(t);
+}
+}  // namespace detail
 
 /// Outcome of a push that can fail for more than one reason.
 enum class queue_status : std::uint8_t {
@@ -89,7 +110,7 @@ class bounded_queue {
   template <class U, class Rep, class Period>
     requires std::constructible_from<T, U&&>
   [[nodiscard]] queue_status push_for(U&& v, std::chrono::duration<Rep, Period> timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = detail::saturating_deadline(timeout, "dflash::bounded_queue::push_for");
     std::unique_lock lk(m_);
     if (size_ == cap_ && !closed_)
       wait_push([&] { (void)not_full_.wait_until(lk, deadline, [&] { return ready_push(); }); });
@@ -117,7 +138,7 @@ class bounded_queue {
   /// Blocks at most `timeout`. Empty optional = timed out, or closed and drained.
   template <class Rep, class Period>
   [[nodiscard]] std::optional<T> pop_for(std::chrono::duration<Rep, Period> timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = detail::saturating_deadline(timeout, "dflash::bounded_queue::pop_for");
     std::unique_lock lk(m_);
     if (size_ == 0 && !closed_)
       wait_pop([&] { (void)not_empty_.wait_until(lk, deadline, [&] { return ready_pop(); }); });
