@@ -212,3 +212,30 @@ TEST_CASE("take() racing adds with more threads than shards (overflow shard)", "
   take_racing_adds<dflash::AccumulatingProfiler<keys, std::chrono::steady_clock, 1>>(500);
 }
 
+// Issue 13 item 4: the duration was converted to int64 ns before the range
+// check, so years(300) was reported as a negative duration, years(585) was
+// silently recorded as ~163 days, and NaN / inf recorded INT64_MIN.
+TEST_CASE("add(): out-of-range and non-finite durations are rejected before converting", "[accumulating]") {
+  using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
+  using dsec = std::chrono::duration<double>;
+  fake_profiler p;
+  CHECK_THROWS_WITH(p.add("forward"_key, years(300)),
+                    Catch::Contains("too large") && Catch::Contains("forward") && !Catch::Contains("negative"));
+  CHECK_THROWS_WITH(p.add("forward"_key, years(585)), Catch::Contains("too large"));
+  CHECK_THROWS_WITH(p.add("forward"_key, std::chrono::hours::max()), Catch::Contains("too large"));
+  CHECK_THROWS_WITH(p.add("forward"_key, dsec(std::numeric_limits<double>::quiet_NaN())),
+                    Catch::Contains("NaN") && Catch::Contains("forward"));
+  CHECK_THROWS_WITH(p.add("forward"_key, dsec(std::numeric_limits<double>::infinity())),
+                    Catch::Contains("infinite"));
+  CHECK_THROWS_WITH(p.add("forward"_key, dsec(-std::numeric_limits<double>::infinity())),
+                    Catch::Contains("infinite"));
+  CHECK_THROWS_WITH(p.add("forward"_key, years(-300)), Catch::Contains("negative duration"));
+  CHECK(p.count("forward"_key) == 0);
+  // The edges that fit are recorded exactly.
+  p.add("forward"_key, years(292));
+  p.add("forward"_key, dsec(1.5e-9));
+  const auto s = p.snapshot();
+  CHECK(s.keys[0].count == 2);
+  CHECK(s.keys[0].max_ns == 292ull * 31556952ull * 1'000'000'000ull);
+  CHECK(s.keys[0].min_ns == 1);
+}

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <ratio>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -221,4 +223,16 @@ TEST_CASE("concurrent recording and writing: every event is kept or counted as d
   for (const auto& e : complete_events(j)) ++per_tid[e.at("tid")];
   CHECK(per_tid.size() == threads);
   for (const auto& [tid, n] : per_tid) CHECK(n == capacity);
+}
+
+// Issue 13 item 4, for the trace: no bogus event from an out-of-range or NaN add().
+TEST_CASE("add(): out-of-range and non-finite durations are rejected, nothing recorded", "[trace]") {
+  using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
+  using dsec = std::chrono::duration<double>;
+  fake_trace t;
+  CHECK_THROWS_WITH(t.add("forward"_key, years(300)), Catch::Contains("too large") && Catch::Contains("forward"));
+  CHECK_THROWS_WITH(t.add("forward"_key, years(585)), Catch::Contains("too large"));
+  CHECK_THROWS_WITH(t.add("forward"_key, dsec(std::numeric_limits<double>::quiet_NaN())), Catch::Contains("NaN"));
+  CHECK_THROWS_WITH(t.add("forward"_key, dsec(std::numeric_limits<double>::infinity())), Catch::Contains("infinite"));
+  CHECK(t.recorded() == 0);
 }

@@ -171,9 +171,11 @@ class TraceProfiler {
   template <Key K, class Rep, class Period>
   void add(K, std::chrono::duration<Rep, Period> d) const {
     check_key<K>();
-    detail::checked_add_ns("dflash::TraceProfiler", K::name(), d);
+    const std::uint64_t ns = detail::checked_add_ns("dflash::TraceProfiler", K::name(), d);
     const time_point now = Clock::now();
-    emit(Keys::index_of(K::name()), now - std::chrono::duration_cast<duration>(d), now, true);
+    emit(Keys::index_of(K::name()),
+         now - std::chrono::duration_cast<duration>(std::chrono::nanoseconds(static_cast<std::int64_t>(ns))), now,
+         true);
   }
 
   /// Label the calling thread's track in the trace viewer.
