@@ -86,3 +86,49 @@ TEST_CASE("JSON strings are escaped", "[report]") {
   const auto j = nlohmann::json::parse(dflash::format_json(s));
   CHECK(j["keys"][0]["name"] == "we\"ird\\name\n");
 }
+
+// Issue 13 item 6: rows were cut at a 256-byte buffer (a key name over ~165
+// characters lost the rest of its row and its newline).
+TEST_CASE("table rows with very long key names stay whole", "[report]") {
+  dflash::profile_snapshot s;
+  s.window_ns = 1'000'000;
+  s.keys.resize(2);
+  s.keys[0].name = std::string(300, 'k');
+  s.keys[1].name = "short";
+  for (auto& k : s.keys) {
+    k.count = 1;
+    k.total_ns = k.min_ns = k.max_ns = 1000;
+    k.buckets[dflash::histogram::bucket_of(1000)] = 1;
+  }
+  const std::string t = dflash::format_table(s);
+  std::istringstream in(t);
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(std::string(300, 'k'), 0) == 0) {
+      ++rows;
+      CHECK(line.size() > 300);
+      CHECK(line.substr(line.size() - 4) == " 0.1");  // the row runs to its last column (% wall)
+    }
+    if (line.rfind("short", 0) == 0) ++rows;
+  }
+  CHECK(rows == 2);
+}
+
+// Issue 13 item 6: bytes that are not UTF-8 were copied into JSON strings,
+// making the document invalid. They become U+FFFD; valid UTF-8 passes through.
+TEST_CASE("JSON stays valid with invalid UTF-8 in names", "[report]") {
+  dflash::profile_snapshot s;
+  s.keys.resize(4);
+  s.keys[0].name = "bad\xff\xfe end";
+  s.keys[1].name = "cut \xe2\x82";            // truncated 3-byte sequence
+  s.keys[2].name = "overlong \xc0\xaf ok";    // overlong '/'
+  s.keys[3].name = "fine \xc2\xb5s \xe2\x82\xac";  // µs €
+  const std::string out = dflash::format_json(s);
+  nlohmann::json j;
+  REQUIRE_NOTHROW(j = nlohmann::json::parse(out));
+  CHECK(j["keys"][0]["name"] == "bad\xef\xbf\xbd\xef\xbf\xbd end");
+  CHECK(j["keys"][1]["name"] == "cut \xef\xbf\xbd\xef\xbf\xbd");  // one U+FFFD per bad byte
+  CHECK(j["keys"][2]["name"] == "overlong \xef\xbf\xbd\xef\xbf\xbd ok");
+  CHECK(j["keys"][3]["name"] == "fine \xc2\xb5s \xe2\x82\xac");
+}

@@ -236,3 +236,16 @@ TEST_CASE("add(): out-of-range and non-finite durations are rejected, nothing re
   CHECK_THROWS_WITH(t.add("forward"_key, dsec(std::numeric_limits<double>::infinity())), Catch::Contains("infinite"));
   CHECK(t.recorded() == 0);
 }
+
+// Issue 13 item 6, for the trace: a thread name that is not UTF-8 keeps the JSON valid.
+TEST_CASE("trace JSON stays valid with an invalid UTF-8 thread name", "[trace]") {
+  real_trace t;
+  t.name_thread("worker\xff#1");
+  t.add("forward"_key, 1us);
+  json j;
+  REQUIRE_NOTHROW(j = json::parse(t.json()));
+  bool found = false;
+  for (const auto& e : j["traceEvents"])
+    if (e["name"] == "thread_name" && e["args"]["name"] == "worker\xef\xbf\xbd#1") found = true;
+  CHECK(found);
+}

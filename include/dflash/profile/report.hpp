@@ -1,6 +1,8 @@
 #pragma once
 // Human-readable table and JSON for a profile_snapshot.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -13,24 +15,74 @@ namespace dflash {
 enum class report_format { table, json };
 
 namespace detail {
+/// printf into `out`, however long the result (a fixed buffer cut long rows).
 inline void append_fmt(std::string& out, const char* fmt, auto... args) {
   char buf[256];
   const int n = std::snprintf(buf, sizeof buf, fmt, args...);
-  if (n > 0) out.append(buf, static_cast<std::size_t>(std::min<int>(n, sizeof buf - 1)));
+  if (n <= 0) return;
+  if (static_cast<std::size_t>(n) < sizeof buf) {
+    out.append(buf, static_cast<std::size_t>(n));
+    return;
+  }
+  const std::size_t at = out.size();
+  out.resize(at + static_cast<std::size_t>(n) + 1);
+  std::snprintf(out.data() + at, static_cast<std::size_t>(n) + 1, fmt, args...);
+  out.resize(at + static_cast<std::size_t>(n));
 }
 
+/// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlongs,
+/// no surrogates, <= U+10FFFF), or 0 if the bytes there are not one.
+inline std::size_t utf8_sequence(std::string_view s, std::size_t i) noexcept {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  std::size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else
+    return 0;
+  if (i + len > s.size()) return 0;
+  if (b(1) < lo || b(1) > hi) return 0;
+  for (std::size_t k = 2; k < len; ++k)
+    if ((b(k) & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+/// A JSON string literal. Bytes that are not well-formed UTF-8 become U+FFFD
+/// (one per byte), so the document stays valid whatever the name holds.
 inline void append_json_string(std::string& out, std::string_view s) {
   out += '"';
-  for (const char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const std::size_t len = utf8_sequence(s, i);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+      continue;
+    }
+    if (len > 1) {
+      out.append(s.substr(i, len));
+      i += len;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) append_fmt(out, "\\u%04x", c);
+        if (static_cast<unsigned char>(c) < 0x20) append_fmt(out, "\\u%04x", static_cast<unsigned>(c));
         else out += c;
     }
+    ++i;
   }
   out += '"';
 }
