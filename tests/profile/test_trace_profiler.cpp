@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <dflash/profile.hpp>
+#include <dflash/profile/composite.hpp>
 #include <dflash/profile/trace_profiler.hpp>
 
 #include <nlohmann/json.hpp>
@@ -248,4 +250,25 @@ TEST_CASE("trace JSON stays valid with an invalid UTF-8 thread name", "[trace]")
   for (const auto& e : j["traceEvents"])
     if (e["name"] == "thread_name" && e["args"]["name"] == "worker\xef\xbf\xbd#1") found = true;
   CHECK(found);
+}
+
+// Issue 13 item 14: workers name their trace track after their stage; the
+// call is policy-generic (a no-op where a policy has no thread names).
+TEST_CASE("name_this_thread names the trace track, through a Composite too; no-op elsewhere", "[trace]") {
+  real_trace t;
+  dflash::AccumulatingProfiler<keys> acc;
+  dflash::Composite<dflash::AccumulatingProfiler<keys>, real_trace> both(acc, t);
+  std::thread w([&] {
+    dflash::name_this_thread(both, "target_forward#2");
+    dflash::name_this_thread(dflash::NullProfiler{}, "ignored");
+    dflash::name_this_thread(acc, "ignored");
+    auto s = both.scope("forward"_key);
+  });
+  w.join();
+  const json j = json::parse(t.json());
+  std::set<std::string> names;
+  for (const auto& e : j["traceEvents"])
+    if (e["name"] == "thread_name") names.insert(e["args"]["name"].get<std::string>());
+  CHECK(names.count("target_forward#2") == 1);
+  CHECK(names.count("thread 1") == 0);
 }

@@ -171,6 +171,7 @@ class AccumulatingProfiler {
   }
 
   std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
+  std::string summary(const report_options& o) const { return format_report(snapshot(), o); }
 
   /// Records of one key in the current window (for tests and progress).
   template <Key K>

@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -205,6 +206,11 @@ class Composite {
     add_all(k, d, members{});
   }
 
+  /// Names the calling thread in every member that labels threads (see dflash::name_this_thread).
+  void name_this_thread(std::string_view name) const {
+    name_all(name, members{});
+  }
+
   /// The I-th member.
   template <std::size_t I>
   constexpr const auto& get() const noexcept {
@@ -250,6 +256,11 @@ class Composite {
   constexpr void add_one(K k, D d) const {
     using M = std::tuple_element_t<I, std::tuple<P...>>;
     if constexpr (M::enabled) boost::hana::at_c<I>(refs_)->add(k, d);
+  }
+
+  template <std::size_t... I>
+  void name_all(std::string_view name, std::index_sequence<I...>) const {
+    (dflash::name_this_thread(boost::hana::at_c<I>(refs_).get(), name), ...);
   }
 
   [[no_unique_address]] refs_t refs_;

@@ -112,6 +112,14 @@ class profiler_ref<P> {
   static constexpr P instance_{};
 };
 
+/// Name the calling thread for policies that label threads (TraceProfiler's
+/// track, e.g. "target_forward#2"; a Composite forwards to such members); a
+/// no-op for every other policy. Call once per thread, off the hot path.
+template <ProfilerPolicy P>
+void name_this_thread(const P& p, std::string_view name) {
+  if constexpr (requires { p.name_this_thread(name); }) p.name_this_thread(name);
+}
+
 /// Time `f()` under key `k`; returns what f returns.
 template <ProfilerPolicy P, Key K, class F>
 constexpr decltype(auto) timed(const P& p, K k, F&& f) {

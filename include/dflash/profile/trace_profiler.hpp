@@ -37,6 +37,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -185,6 +186,9 @@ class TraceProfiler {
     const std::lock_guard lock(m_);
     b->name = std::move(name);
   }
+
+  /// The policy-generic spelling (dflash::name_this_thread(p, name) calls it).
+  void name_this_thread(std::string_view name) const { name_thread(std::string(name)); }
 
   std::size_t events_per_thread() const noexcept { return capacity_; }
   /// Events dropped because a thread's buffer was full (or could not be allocated).
