@@ -163,6 +163,12 @@ class TraceProfiler {
     check_key<K>();
     emit(Keys::index_of(K::name()), start, Clock::now(), false);
   }
+  /// end() with the stop time read by the caller (Composite reads the clock once for all members).
+  template <Key K>
+  void end_at(K, token start, time_point stop) const noexcept {
+    check_key<K>();
+    emit(Keys::index_of(K::name()), start, stop, false);
+  }
   template <Key K>
   [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
     check_key<K>();
