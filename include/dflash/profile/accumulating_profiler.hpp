@@ -55,11 +55,18 @@ class thread_slot {
   static constexpr unsigned slots = 64;
   /// The calling thread's exclusive slot in [0, slots), or `slots` if none is free.
   static unsigned get() noexcept {
-    thread_local const thread_slot mine;
-    return mine.index_;
+    const unsigned c = cached;  // constant-initialised TLS: no init guard on the hot path
+    return c != unclaimed ? c : claim();
   }
 
  private:
+  static constexpr unsigned unclaimed = ~0u;
+  static inline thread_local unsigned cached = unclaimed;
+  [[gnu::noinline]] static unsigned claim() noexcept {
+    thread_local const thread_slot mine;  // released by its destructor at thread exit
+    cached = mine.index_;
+    return mine.index_;
+  }
   static std::atomic<std::uint64_t>& used() noexcept {
     static std::atomic<std::uint64_t> mask{0};
     return mask;
@@ -78,6 +85,9 @@ class thread_slot {
     index_ = slots;  // more than 64 live recording threads: no exclusive slot
   }
   ~thread_slot() {
+    // A thread_local destroyed after ours may still record: it then uses the
+    // overflow shard rather than a slot another thread may own by now.
+    cached = slots;
     if (index_ < slots) used().fetch_and(~(std::uint64_t{1} << index_), std::memory_order_release);
   }
   unsigned index_ = slots;
@@ -112,8 +122,10 @@ class AccumulatingProfiler {
   };
 
   AccumulatingProfiler()
-      : shards_(std::make_unique<shard[]>(Shards + 1)), window_start_(Clock::now().time_since_epoch().count()) {
-    (void)detail::asymmetric_barrier_state::fast();  // register membarrier before any record
+      : shards_(std::make_unique<shard[]>(Shards + 1)),
+        asymmetric_(detail::asymmetric_barrier_state::fast()),
+        window_start_(Clock::now().time_since_epoch().count()) {
+    // Register membarrier before any record; records read the answer from here.
     for (std::size_t s = 0; s <= Shards; ++s) {
       reset_bank(shards_[s].banks[0], 0);
       reset_bank(shards_[s].banks[1], no_epoch);
@@ -254,7 +266,11 @@ class AccumulatingProfiler {
   void record_in(shard& sh, std::size_t i, std::uint64_t ns) const noexcept {
     const std::uint64_t q = sh.seq.load(std::memory_order_relaxed);
     sh.seq.store(q + 1, std::memory_order_relaxed);  // busy: take() waits for us
-    detail::light_barrier();                         // pairs with take()'s heavy_barrier
+    // Pairs with take()'s heavy_barrier: a compiler barrier when membarrier works.
+    if (asymmetric_) [[likely]]
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    else
+      detail::full_fence();
     update(sh, epoch_.load(std::memory_order_relaxed), i, ns);
     sh.seq.store(q + 2, std::memory_order_release);  // done: publishes the update
   }
@@ -335,6 +351,7 @@ class AccumulatingProfiler {
   // Shared, mutable-through-const storage: recording is not a logical
   // mutation of the stages that hold a const profiler_ref.
   std::unique_ptr<shard[]> shards_;  // [0, Shards): exclusive; [Shards]: overflow
+  const bool asymmetric_;
   alignas(64) mutable std::atomic<std::uint64_t> epoch_{0};
   mutable std::atomic<typename duration::rep> window_start_;
   mutable std::mutex reader_;  // take/clear/snapshot among themselves; never taken by record()
