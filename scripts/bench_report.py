@@ -78,6 +78,21 @@ def queue_ratios(rows):
     return "\n".join(out)
 
 
+def comparison_table(data):
+    """compare_* binaries: interleaved rounds, ratio per round, median and spread."""
+    out = [f"Interleaved rounds in one process; ratio = dflash / anchor per round "
+           f"({data['rows'][0]['unit'] if data.get('rows') else ''}), median [min .. max]:", "",
+           "| shape | dflash | anchor | dflash median | anchor median | ratio median | ratio spread | rounds |",
+           "|---|---|---|---:|---:|---:|---|---:|"]
+    for r in data.get("rows", []):
+        out.append(f"| {r['shape']} | {r['subject']} | {r['anchor']} | {r['subject_median']:.3f} | "
+                   f"{r['anchor_median']:.3f} | **{r['ratio_median']:.2f}** | "
+                   f"{r['ratio_min']:.2f} .. {r['ratio_max']:.2f} | {r['rounds']} |")
+    for sk in data.get("skipped", []):
+        out.append(f"\nSkipped: {sk}")
+    return "\n".join(out)
+
+
 def naive_ratios(rows):
     """Each op next to its naive reference (BM_x vs BM_x_naive, same arguments)."""
     by = {b["name"]: b for b in rows}
@@ -100,7 +115,9 @@ def main():
           "and is appended below. Timings are CPU timings of the machine named here; ratios compare",
           "numbers measured side by side in one run of one binary. Benchmarks are not tests.", "",
           "![profiler overhead and pipeline efficiency](benchmarks.png)", ""]
-    files = sorted(results.glob("*.json"))
+    all_files = sorted(results.glob("*.json"))
+    comparisons = [f for f in all_files if "comparison" in json.loads(f.read_text())]
+    files = [f for f in all_files if f not in comparisons]
     if files:
         ctx, _ = load(files[0])
         md += [f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
@@ -135,6 +152,9 @@ def main():
             md += ["Host twins next to the naive reference implementations, same run:", "",
                    naive_ratios(rows), ""]
         md += [table(rows), ""]
+    for f in comparisons:
+        data = json.loads(f.read_text())
+        md += [f"## {f.stem} (against the anchors)", "", comparison_table(data), ""]
     for note in sorted(pathlib.Path("docs/bench").glob("*.md")):
         md += [f"## Notes: {note.stem}", "", note.read_text().strip(), ""]
     out_md.write_text("\n".join(md) + "\n")

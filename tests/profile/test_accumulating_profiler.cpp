@@ -1,7 +1,12 @@
 #include <catch2/catch.hpp>
 #include <dflash/profile.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <limits>
+#include <ratio>
+#include <string>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -151,4 +156,86 @@ TEST_CASE("take() while 4 threads record: every add lands in exactly one window"
   reporter.join();
   taken += p.take().keys[0].count;
   REQUIRE(taken == 400'000);
+}
+
+// Issue 13 item 3: take() reset each field with its own exchange, so an add
+// racing it could put its count in one report and its total/min/max in the
+// next (a report "count 9313, min UINT64_MAX, max 0, total 0" was seen). Every
+// report must be self-consistent; with adds of one fixed duration d:
+// total = d * count, and min = max = d whenever count > 0. Runs under TSan too.
+namespace {
+template <class Profiler>
+void take_racing_adds(int reports_wanted) {
+  constexpr std::uint64_t d = 777;
+  constexpr int writers = 3;
+  Profiler p;
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> added{0};
+  std::uint64_t taken = 0, bad = 0;
+  std::string first_bad;
+  auto check = [&](const dflash::profile_snapshot& s) {
+    const auto& k = s.keys[0];
+    std::uint64_t in_buckets = 0;
+    for (auto b : k.buckets) in_buckets += b;
+    const bool ok = k.total_ns == d * k.count && in_buckets == k.count &&
+                    (k.count == 0 ? k.min_ns == 0 && k.max_ns == 0 : k.min_ns == d && k.max_ns == d);
+    if (!ok && bad++ == 0)
+      first_bad = "count " + std::to_string(k.count) + " total " + std::to_string(k.total_ns) + " min " +
+                  std::to_string(k.min_ns) + " max " + std::to_string(k.max_ns);
+    taken += k.count;
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < writers; ++t)
+    pool.emplace_back([&] {
+      std::uint64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        p.add("forward"_key, std::chrono::nanoseconds(d));
+        ++n;
+      }
+      added += n;
+    });
+  for (int r = 0; r < reports_wanted; ++r) check(p.take());  // adds race every take()
+  stop = true;
+  for (auto& th : pool) th.join();
+  check(p.take());
+  INFO("first inconsistent report: " << first_bad);
+  CHECK(bad == 0);
+  CHECK(taken == added.load());
+}
+}  // namespace
+
+TEST_CASE("take() racing adds: every report is self-consistent, none lost", "[accumulating]") {
+  take_racing_adds<dflash::AccumulatingProfiler<keys>>(2000);
+}
+
+TEST_CASE("take() racing adds with more threads than shards (overflow shard)", "[accumulating]") {
+  take_racing_adds<dflash::AccumulatingProfiler<keys, std::chrono::steady_clock, 1>>(500);
+}
+
+// Issue 13 item 4: the duration was converted to int64 ns before the range
+// check, so years(300) was reported as a negative duration, years(585) was
+// silently recorded as ~163 days, and NaN / inf recorded INT64_MIN.
+TEST_CASE("add(): out-of-range and non-finite durations are rejected before converting", "[accumulating]") {
+  using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
+  using dsec = std::chrono::duration<double>;
+  fake_profiler p;
+  CHECK_THROWS_WITH(p.add("forward"_key, years(300)),
+                    Catch::Contains("too large") && Catch::Contains("forward") && !Catch::Contains("negative"));
+  CHECK_THROWS_WITH(p.add("forward"_key, years(585)), Catch::Contains("too large"));
+  CHECK_THROWS_WITH(p.add("forward"_key, std::chrono::hours::max()), Catch::Contains("too large"));
+  CHECK_THROWS_WITH(p.add("forward"_key, dsec(std::numeric_limits<double>::quiet_NaN())),
+                    Catch::Contains("NaN") && Catch::Contains("forward"));
+  CHECK_THROWS_WITH(p.add("forward"_key, dsec(std::numeric_limits<double>::infinity())),
+                    Catch::Contains("infinite"));
+  CHECK_THROWS_WITH(p.add("forward"_key, dsec(-std::numeric_limits<double>::infinity())),
+                    Catch::Contains("infinite"));
+  CHECK_THROWS_WITH(p.add("forward"_key, years(-300)), Catch::Contains("negative duration"));
+  CHECK(p.count("forward"_key) == 0);
+  // The edges that fit are recorded exactly.
+  p.add("forward"_key, years(292));
+  p.add("forward"_key, dsec(1.5e-9));
+  const auto s = p.snapshot();
+  CHECK(s.keys[0].count == 2);
+  CHECK(s.keys[0].max_ns == 292ull * 31556952ull * 1'000'000'000ull);
+  CHECK(s.keys[0].min_ns == 1);
 }

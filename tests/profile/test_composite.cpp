@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -195,4 +196,34 @@ TEST_CASE("a stage holding Composite<NullProfiler> computes what the uninstrumen
   const instrumented_stage<Composite<NullProfiler>> s{{}, 3};
   const uninstrumented_stage u{3};
   for (std::uint64_t x : {0ull, 5ull, 1ull << 40}) REQUIRE(s(x) == u(x));
+}
+
+// Issue 12 goal 4: members that share a clock get one clock read per begin and
+// one per end, not one each.
+namespace {
+struct counting_clock {
+  using rep = std::int64_t;
+  using period = std::nano;
+  using duration = std::chrono::duration<rep, period>;
+  using time_point = std::chrono::time_point<counting_clock>;
+  static constexpr bool is_steady = true;
+  static inline std::atomic<rep> reads{0};
+  static time_point now() noexcept { return time_point{duration{100 * ++reads}}; }
+};
+}  // namespace
+
+TEST_CASE("Composite reads a shared clock once per begin and once per end", "[composite]") {
+  using K = dflash::key_set<"a">;
+  dflash::AccumulatingProfiler<K, counting_clock> acc;
+  dflash::TraceProfiler<K, counting_clock> trace;
+  dflash::Composite<dflash::AccumulatingProfiler<K, counting_clock>, dflash::NullProfiler,
+                    dflash::TraceProfiler<K, counting_clock>>
+      both(acc, dflash::NullProfiler{}, trace);
+  counting_clock::reads = 0;
+  { auto s = both.scope("a"_key); }
+  CHECK(counting_clock::reads.load() == 2);
+  const auto st = acc.snapshot();
+  CHECK(st.keys[0].count == 1);
+  CHECK(st.keys[0].total_ns == 100);  // the same interval the trace got
+  CHECK(trace.json().find("\"dur\":0.100") != std::string::npos);
 }

@@ -28,33 +28,82 @@ profiler& filled() {
 }
 }  // namespace
 
-TEST_CASE("summary() is a table: header, one row per key in key_set order", "[report]") {
+TEST_CASE("summary() is a table: header, one row per recorded key in key_set order", "[report]") {
   const std::string t = filled().summary();
   std::istringstream in(t);
-  std::string title, header, r1, r2, r3, extra;
+  std::string title, header, r1, r2, foot1, foot2, extra;
   std::getline(in, title);
   std::getline(in, header);
   std::getline(in, r1);
   std::getline(in, r2);
-  std::getline(in, r3);
+  std::getline(in, foot1);
+  std::getline(in, foot2);
   CHECK(title == "profile over 0.010 s");
   CHECK(header.find("stage") == 0);
-  for (const char* col : {"count", "total s", "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "% wall"})
+  for (const char* col : {"count", "total", "mean", "p50*", "p90*", "p99*", "max", "% wall"})
     CHECK(header.find(col) != std::string::npos);
   CHECK(r1.rfind("queue_wait", 0) == 0);
   CHECK(r2.rfind("forward", 0) == 0);
-  CHECK(r3.rfind("drafter_step", 0) == 0);
   // forward: 2 calls, 6 ms total = 0.006 s, mean 3 ms, max 4 ms, 60 % of a 10 ms window.
   std::istringstream row(r2.substr(std::string("forward").size()));
-  std::string count, total, mean, p50, p90, p99, max, share;
-  row >> count >> total >> mean >> p50 >> p90 >> p99 >> max >> share;
+  std::string count, total, total_u, mean, mean_u, p50, p50_u, p90, p90_u, p99, p99_u, max, max_u, share;
+  row >> count >> total >> total_u >> mean >> mean_u >> p50 >> p50_u >> p90 >> p90_u >> p99 >> p99_u >> max >> max_u >> share;
   CHECK(count == "2");
-  CHECK(total == "0.006");
-  CHECK(mean == "3.000");
-  CHECK(max == "4.000");
+  CHECK(total + " " + total_u == "6.000 ms");
+  CHECK(mean + " " + mean_u == "3.000 ms");
+  CHECK(max + " " + max_u == "4.000 ms");
   CHECK(share == "60.0");
-  CHECK(r3.find(" - ") != std::string::npos);  // a key never hit shows dashes, not zeros
+  CHECK(r1.find("500.000 us") != std::string::npos);  // queue_wait's 500 us, in us
+  // Issue 13 item 14: percentiles say they have bucket resolution; a key never
+  // recorded (drafter_step) is hidden and the footer says so.
+  CHECK(foot1.find("* p50/p90/p99 have histogram-bucket resolution") == 0);
+  CHECK(foot2.find("1 key never recorded in this window, hidden (drafter_step)") == 0);
+  CHECK(t.find("drafter_step ") == std::string::npos);
+  CHECK(t.find("% wall = ") == std::string::npos);  // no share over 100 %: no such footer
   CHECK_FALSE(std::getline(in, extra));
+}
+
+// Issue 13 item 14.
+TEST_CASE("table: show_unrecorded lists never-recorded keys with dashes", "[report]") {
+  dflash::report_options o;
+  o.show_unrecorded = true;
+  const std::string t = filled().summary(o);
+  const auto at = t.find("\ndrafter_step ");
+  REQUIRE(at != std::string::npos);
+  const std::string row = t.substr(at + 1, t.find('\n', at + 1) - at - 1);
+  CHECK(row.find(" 0 ") != std::string::npos);
+  CHECK(row.find(" - ") != std::string::npos);
+  CHECK(t.find("hidden") == std::string::npos);
+}
+
+TEST_CASE("table: sub-microsecond values keep a unit that shows them", "[report]") {
+  dflash::profile_snapshot s;
+  s.window_ns = 1'000'000;
+  s.keys.resize(1);
+  auto& k = s.keys[0];
+  k.name = "tiny";
+  k.count = 4;
+  k.total_ns = 4 * 250;
+  k.min_ns = k.max_ns = 250;
+  k.buckets[dflash::histogram::bucket_of(250)] = 4;
+  const std::string t = dflash::format_table(s);
+  CHECK(t.find("250 ns") != std::string::npos);
+  CHECK(t.find("0.000") == std::string::npos);
+}
+
+TEST_CASE("table: a share over 100 % of wall time is explained", "[report]") {
+  dflash::profile_snapshot s;
+  s.window_ns = 1'000'000;
+  s.keys.resize(1);
+  auto& k = s.keys[0];
+  k.name = "workers";
+  k.count = 2;
+  k.total_ns = 1'800'000;  // two threads, 0.9 ms each, in a 1 ms window
+  k.min_ns = k.max_ns = 900'000;
+  k.buckets[dflash::histogram::bucket_of(900'000)] = 2;
+  const std::string t = dflash::format_table(s);
+  CHECK(t.find(" 180.0\n") != std::string::npos);
+  CHECK(t.find("% wall = total / window, summed over threads") != std::string::npos);
 }
 
 TEST_CASE("JSON report round-trips every value", "[report]") {
@@ -85,4 +134,50 @@ TEST_CASE("JSON strings are escaped", "[report]") {
   s.keys[0].name = "we\"ird\\name\n";
   const auto j = nlohmann::json::parse(dflash::format_json(s));
   CHECK(j["keys"][0]["name"] == "we\"ird\\name\n");
+}
+
+// Issue 13 item 6: rows were cut at a 256-byte buffer (a key name over ~165
+// characters lost the rest of its row and its newline).
+TEST_CASE("table rows with very long key names stay whole", "[report]") {
+  dflash::profile_snapshot s;
+  s.window_ns = 1'000'000;
+  s.keys.resize(2);
+  s.keys[0].name = std::string(300, 'k');
+  s.keys[1].name = "short";
+  for (auto& k : s.keys) {
+    k.count = 1;
+    k.total_ns = k.min_ns = k.max_ns = 1000;
+    k.buckets[dflash::histogram::bucket_of(1000)] = 1;
+  }
+  const std::string t = dflash::format_table(s);
+  std::istringstream in(t);
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(std::string(300, 'k'), 0) == 0) {
+      ++rows;
+      CHECK(line.size() > 300);
+      CHECK(line.substr(line.size() - 4) == " 0.1");  // the row runs to its last column (% wall)
+    }
+    if (line.rfind("short", 0) == 0) ++rows;
+  }
+  CHECK(rows == 2);
+}
+
+// Issue 13 item 6: bytes that are not UTF-8 were copied into JSON strings,
+// making the document invalid. They become U+FFFD; valid UTF-8 passes through.
+TEST_CASE("JSON stays valid with invalid UTF-8 in names", "[report]") {
+  dflash::profile_snapshot s;
+  s.keys.resize(4);
+  s.keys[0].name = "bad\xff\xfe end";
+  s.keys[1].name = "cut \xe2\x82";            // truncated 3-byte sequence
+  s.keys[2].name = "overlong \xc0\xaf ok";    // overlong '/'
+  s.keys[3].name = "fine \xc2\xb5s \xe2\x82\xac";  // µs €
+  const std::string out = dflash::format_json(s);
+  nlohmann::json j;
+  REQUIRE_NOTHROW(j = nlohmann::json::parse(out));
+  CHECK(j["keys"][0]["name"] == "bad\xef\xbf\xbd\xef\xbf\xbd end");
+  CHECK(j["keys"][1]["name"] == "cut \xef\xbf\xbd\xef\xbf\xbd");  // one U+FFFD per bad byte
+  CHECK(j["keys"][2]["name"] == "overlong \xef\xbf\xbd\xef\xbf\xbd ok");
+  CHECK(j["keys"][3]["name"] == "fine \xc2\xb5s \xe2\x82\xac");
 }

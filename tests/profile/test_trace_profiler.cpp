@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <dflash/profile.hpp>
+#include <dflash/profile/composite.hpp>
 #include <dflash/profile/trace_profiler.hpp>
 
 #include <nlohmann/json.hpp>
@@ -8,7 +10,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <ratio>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -221,4 +225,50 @@ TEST_CASE("concurrent recording and writing: every event is kept or counted as d
   for (const auto& e : complete_events(j)) ++per_tid[e.at("tid")];
   CHECK(per_tid.size() == threads);
   for (const auto& [tid, n] : per_tid) CHECK(n == capacity);
+}
+
+// Issue 13 item 4, for the trace: no bogus event from an out-of-range or NaN add().
+TEST_CASE("add(): out-of-range and non-finite durations are rejected, nothing recorded", "[trace]") {
+  using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
+  using dsec = std::chrono::duration<double>;
+  fake_trace t;
+  CHECK_THROWS_WITH(t.add("forward"_key, years(300)), Catch::Contains("too large") && Catch::Contains("forward"));
+  CHECK_THROWS_WITH(t.add("forward"_key, years(585)), Catch::Contains("too large"));
+  CHECK_THROWS_WITH(t.add("forward"_key, dsec(std::numeric_limits<double>::quiet_NaN())), Catch::Contains("NaN"));
+  CHECK_THROWS_WITH(t.add("forward"_key, dsec(std::numeric_limits<double>::infinity())), Catch::Contains("infinite"));
+  CHECK(t.recorded() == 0);
+}
+
+// Issue 13 item 6, for the trace: a thread name that is not UTF-8 keeps the JSON valid.
+TEST_CASE("trace JSON stays valid with an invalid UTF-8 thread name", "[trace]") {
+  real_trace t;
+  t.name_thread("worker\xff#1");
+  t.add("forward"_key, 1us);
+  json j;
+  REQUIRE_NOTHROW(j = json::parse(t.json()));
+  bool found = false;
+  for (const auto& e : j["traceEvents"])
+    if (e["name"] == "thread_name" && e["args"]["name"] == "worker\xef\xbf\xbd#1") found = true;
+  CHECK(found);
+}
+
+// Issue 13 item 14: workers name their trace track after their stage; the
+// call is policy-generic (a no-op where a policy has no thread names).
+TEST_CASE("name_this_thread names the trace track, through a Composite too; no-op elsewhere", "[trace]") {
+  real_trace t;
+  dflash::AccumulatingProfiler<keys> acc;
+  dflash::Composite<dflash::AccumulatingProfiler<keys>, real_trace> both(acc, t);
+  std::thread w([&] {
+    dflash::name_this_thread(both, "target_forward#2");
+    dflash::name_this_thread(dflash::NullProfiler{}, "ignored");
+    dflash::name_this_thread(acc, "ignored");
+    auto s = both.scope("forward"_key);
+  });
+  w.join();
+  const json j = json::parse(t.json());
+  std::set<std::string> names;
+  for (const auto& e : j["traceEvents"])
+    if (e["name"] == "thread_name") names.insert(e["args"]["name"].get<std::string>());
+  CHECK(names.count("target_forward#2") == 1);
+  CHECK(names.count("thread 1") == 0);
 }

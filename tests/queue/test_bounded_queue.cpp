@@ -4,6 +4,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <ratio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -127,6 +131,82 @@ TEST_CASE("a pop_for woken by a push returns the item before its deadline", "[bo
   REQUIRE(q.push(5));
   t.join();
   CHECK(got == 5);
+}
+
+// Issue 13 item 2: now() + nanoseconds::max() overflowed, so a "forever"
+// timeout returned at once. The deadline must saturate: the call blocks until
+// an item (or room) arrives.
+namespace {
+template <class D>
+void pop_for_blocks_until_push(D timeout) {
+  bounded_queue<int> q(1);
+  std::atomic<bool> returned{false};
+  std::optional<int> got;
+  std::thread t([&] {
+    got = q.pop_for(timeout);
+    returned = true;
+  });
+  wait_until([&] { return q.blocked_poppers() == 1 || returned.load(); });
+  std::this_thread::sleep_for(20ms);
+  const bool early = returned.load();
+  REQUIRE(q.push(7));
+  t.join();
+  CHECK_FALSE(early);
+  CHECK(got == 7);
+}
+template <class D>
+void push_for_blocks_until_pop(D timeout) {
+  bounded_queue<int> q(1);
+  REQUIRE(q.push(1));
+  std::atomic<bool> returned{false};
+  queue_status st = queue_status::full;
+  std::thread t([&] {
+    st = q.push_for(2, timeout);
+    returned = true;
+  });
+  wait_until([&] { return q.blocked_pushers() == 1 || returned.load(); });
+  std::this_thread::sleep_for(20ms);
+  const bool early = returned.load();
+  CHECK(q.pop() == 1);
+  t.join();
+  CHECK_FALSE(early);
+  CHECK(st == queue_status::ok);
+  CHECK(q.pop() == 2);
+}
+}  // namespace
+
+TEST_CASE("push_for / pop_for with a 'forever' timeout wait (deadline saturates)", "[bounded_queue]") {
+  using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
+  SECTION("nanoseconds::max") {
+    pop_for_blocks_until_push(std::chrono::nanoseconds::max());
+    push_for_blocks_until_pop(std::chrono::nanoseconds::max());
+  }
+  SECTION("hours::max") {
+    pop_for_blocks_until_push(std::chrono::hours::max());
+    push_for_blocks_until_pop(std::chrono::hours::max());
+  }
+  SECTION("seconds::max") {
+    pop_for_blocks_until_push(std::chrono::seconds::max());
+    push_for_blocks_until_pop(std::chrono::seconds::max());
+  }
+  SECTION("1000 years") {
+    pop_for_blocks_until_push(years(1000));
+    push_for_blocks_until_pop(years(1000));
+  }
+  SECTION("infinite double seconds") {
+    const std::chrono::duration<double> inf(std::numeric_limits<double>::infinity());
+    pop_for_blocks_until_push(inf);
+    push_for_blocks_until_pop(inf);
+  }
+}
+
+TEST_CASE("push_for / pop_for reject a NaN timeout", "[bounded_queue]") {
+  bounded_queue<int> q(1);
+  const std::chrono::duration<double> nan(std::numeric_limits<double>::quiet_NaN());
+  CHECK_THROWS_WITH(q.pop_for(nan), Catch::Matchers::Contains("timeout is NaN"));
+  REQUIRE(q.push(1));
+  CHECK_THROWS_WITH(q.push_for(2, nan), Catch::Matchers::Contains("timeout is NaN"));
+  CHECK(q.size() == 1);
 }
 
 TEST_CASE("queue_keys names the two wait keys of a queue", "[bounded_queue][keys]") {

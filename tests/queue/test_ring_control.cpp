@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <dflash/queue/ring_control.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -16,6 +17,36 @@ using dflash::ring_status;
 TEST_CASE("host_ring: capacity 0 is rejected", "[ring]") {
   CHECK_THROWS_MATCHES(host_ring<int>(0), std::invalid_argument,
                        Catch::Matchers::Message("dflash::host_ring: capacity must be at least 1 (got 0)"));
+}
+
+// Issue 13 item 1: with one slot, "published for p" and "free for p+1" were the
+// same sequence value, so a second push overwrote the first item.
+TEST_CASE("ring: capacity 1 holds exactly one item, lap after lap", "[ring]") {
+  host_ring<int> r(1);
+  for (int lap = 0; lap < 5; ++lap) {
+    const int a = 10 * lap + 1, b = 10 * lap + 2;
+    REQUIRE(r.try_push(&a, 1) == ring_status::ok);
+    REQUIRE(r.try_push(&b, 1) == ring_status::full);  // not an overwrite of a
+    CHECK(r.try_push(&b, 2) == ring_status::too_large);
+    int out[2] = {};
+    const auto t = r.try_pop(out, 2);
+    REQUIRE(t.status == ring_status::ok);
+    CHECK(t.count == 1);
+    CHECK(t.first == static_cast<unsigned long long>(lap));
+    CHECK(out[0] == a);
+    REQUIRE(r.try_pop(out, 1).status == ring_status::empty);
+  }
+  r.close();
+  int out = 0;
+  CHECK(r.try_pop(&out, 1).status == ring_status::closed);
+}
+
+TEST_CASE("ring_control::check_capacity names the caller and the bad value", "[ring]") {
+  CHECK_NOTHROW(dflash::ring_control::check_capacity(1, "device_queue"));
+  CHECK_THROWS_MATCHES(dflash::ring_control::check_capacity(0, "dflash::device_queue"), std::invalid_argument,
+                       Catch::Matchers::Message("dflash::device_queue: capacity must be at least 1 (got 0)"));
+  CHECK_THROWS_WITH(dflash::ring_control::check_capacity(std::size_t{1} << 62, "x"),
+                    Catch::Matchers::Contains("x: capacity must be at most"));
 }
 
 TEST_CASE("ring: batches go in whole or not at all, and come out in order", "[ring]") {
@@ -114,7 +145,8 @@ struct item {
 
 // Producers push batches of 1..8 (as warps with uneven lane counts would);
 // consumers pop up to 5 at a time until the ring reports closed.
-void ring_round(std::size_t capacity, std::uint32_t producers, std::uint32_t consumers, std::uint32_t per) {
+void ring_round(std::size_t capacity, std::uint32_t producers, std::uint32_t consumers, std::uint32_t per,
+                std::uint32_t max_batch = 8) {
   host_ring<item> r(capacity);
   std::vector<std::atomic<int>> hits(static_cast<std::size_t>(producers) * per);
   std::atomic<bool> order_ok{true}, status_ok{true};
@@ -123,8 +155,9 @@ void ring_round(std::size_t capacity, std::uint32_t producers, std::uint32_t con
     cs.emplace_back([&] {
       std::vector<std::int64_t> last(producers, -1);
       item out[5];
+      const std::uint32_t pop_n = std::min<std::uint32_t>(5, max_batch);
       for (;;) {
-        const auto t = r.try_pop(out, 5);
+        const auto t = r.try_pop(out, pop_n);
         if (t.status == ring_status::closed) break;
         if (t.status == ring_status::empty) {
           std::this_thread::yield();
@@ -144,7 +177,7 @@ void ring_round(std::size_t capacity, std::uint32_t producers, std::uint32_t con
       item batch[8];
       std::uint32_t i = 0, round = 0;
       while (i < per) {
-        const std::uint32_t n = std::min<std::uint32_t>(1 + (round++ * 7 + p) % 8, per - i);
+        const std::uint32_t n = std::min<std::uint32_t>(1 + (round++ * 7 + p) % max_batch, per - i);
         for (std::uint32_t j = 0; j < n; ++j) batch[j] = {p, i + j};
         ring_status s;
         while ((s = r.try_push(batch, n)) == ring_status::full) std::this_thread::yield();
@@ -169,6 +202,11 @@ void ring_round(std::size_t capacity, std::uint32_t producers, std::uint32_t con
 }  // namespace
 
 TEST_CASE("ring MPMC on host threads: 2 x 2, small ring", "[ring]") { ring_round(16, 2, 2, 20'000); }
+
+TEST_CASE("ring MPMC on host threads: 2 x 2, capacity 1 and 2", "[ring]") {
+  ring_round(1, 2, 2, 5'000, 1);
+  ring_round(2, 2, 2, 5'000, 2);
+}
 
 TEST_CASE("stress: ring control, 4 producers x 4 consumers x 250000 items", "[ring][stress]") {
   ring_round(64, 4, 4, 250'000);

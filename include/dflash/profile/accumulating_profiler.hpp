@@ -1,27 +1,41 @@
 #pragma once
 // AccumulatingProfiler: thread-safe per-key count / total / min / max and a
-// log-scale latency histogram, with no lock and no lost update.
+// log-scale latency histogram, with no lock, no locked read-modify-write and no
+// lost update on the recording path.
 //
-// Recording threads are spread over `Shards` cache-line-aligned shards
-// (striped counters, as in Java's LongAdder): each live thread holds a slot,
-// so up to `Shards` concurrent threads never share a shard, and updates are relaxed atomic RMWs on that shard, so two threads
-// collide only when they share a shard, and even then nothing is lost.
-// snapshot() merges the shards; take() merges and resets with atomic
-// exchanges, so every add() lands in exactly one report.
+// Each live recording thread owns a shard (detail::thread_slot hands out
+// exclusive slots), so its updates are plain relaxed load + store. Threads
+// beyond the `Shards` exclusive shards share one overflow shard under a
+// spinlock (correct, slower; raise Shards if that matters).
+//
+// Windows (take()/clear()) are epochs: every shard has two banks, and a record
+// goes to bank[epoch & 1], reset by its owner when it first records in a new
+// epoch. take() advances the epoch, then waits until no shard is still inside a
+// record that read the old epoch, then reads the old banks — which nobody
+// writes any more — so each report holds whole records only (total, count,
+// min, max and histogram from the same adds) and each add lands in exactly one
+// report. A record brackets its update with an odd/even sequence word; the
+// StoreLoad ordering between "record: mark busy, read epoch" and "take: bump
+// epoch, read busy marks" comes from an asymmetric barrier (membarrier on
+// Linux), so the hot path pays a compiler barrier, not a fence.
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <functional>
 #include <thread>
+#include <vector>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
 
+#include "dflash/profile/asymmetric_barrier.hpp"
 #include "dflash/profile/clock.hpp"
 #include "dflash/profile/histogram.hpp"
 #include "dflash/profile/key.hpp"
@@ -38,13 +52,21 @@ namespace detail {
 /// (a round-robin counter would collide once thread ids wrap).
 class thread_slot {
  public:
+  static constexpr unsigned slots = 64;
+  /// The calling thread's exclusive slot in [0, slots), or `slots` if none is free.
   static unsigned get() noexcept {
-    thread_local const thread_slot mine;
-    return mine.index_;
+    const unsigned c = cached;  // constant-initialised TLS: no init guard on the hot path
+    return c != unclaimed ? c : claim();
   }
 
  private:
-  static constexpr unsigned slots = 64;
+  static constexpr unsigned unclaimed = ~0u;
+  static inline thread_local unsigned cached = unclaimed;
+  [[gnu::noinline]] static unsigned claim() noexcept {
+    thread_local const thread_slot mine;  // released by its destructor at thread exit
+    cached = mine.index_;
+    return mine.index_;
+  }
   static std::atomic<std::uint64_t>& used() noexcept {
     static std::atomic<std::uint64_t> mask{0};
     return mask;
@@ -53,25 +75,27 @@ class thread_slot {
     auto& m = used();
     for (auto cur = m.load(std::memory_order_relaxed); ~cur != 0;) {
       const unsigned i = static_cast<unsigned>(std::countr_one(cur));
-      if (m.compare_exchange_weak(cur, cur | (std::uint64_t{1} << i), std::memory_order_relaxed)) {
+      // acquire/release: a thread taking a freed slot sees its last owner's writes.
+      if (m.compare_exchange_weak(cur, cur | (std::uint64_t{1} << i), std::memory_order_acquire,
+                                  std::memory_order_relaxed)) {
         index_ = i;
-        owned_ = true;
         return;
       }
     }
-    // More than 64 live recording threads: share slots (still exact, atomics).
-    index_ = static_cast<unsigned>(std::hash<std::thread::id>{}(std::this_thread::get_id()) % slots);
+    index_ = slots;  // more than 64 live recording threads: no exclusive slot
   }
   ~thread_slot() {
-    if (owned_) used().fetch_and(~(std::uint64_t{1} << index_), std::memory_order_relaxed);
+    // A thread_local destroyed after ours may still record: it then uses the
+    // overflow shard rather than a slot another thread may own by now.
+    cached = slots;
+    if (index_ < slots) used().fetch_and(~(std::uint64_t{1} << index_), std::memory_order_release);
   }
-  unsigned index_ = 0;
-  bool owned_ = false;
+  unsigned index_ = slots;
 };
 }  // namespace detail
 
-template <class Keys, ProfilerClock Clock = std::chrono::steady_clock, std::size_t Shards = 8>
-  requires(ClosedKeySet<Keys> && Shards > 0)
+template <class Keys, ProfilerClock Clock = std::chrono::steady_clock, std::size_t Shards = 16>
+  requires(ClosedKeySet<Keys> && Shards > 0 && Shards <= detail::thread_slot::slots)
 class AccumulatingProfiler {
  public:
   using keys = Keys;
@@ -79,7 +103,7 @@ class AccumulatingProfiler {
   using duration = typename Clock::duration;
   using time_point = typename Clock::time_point;
   static constexpr bool enabled = true;
-  static constexpr std::size_t shard_count = Shards;
+  static constexpr std::size_t shard_count = Shards;  ///< exclusive shards (plus one shared overflow shard)
 
   using token = time_point;
 
@@ -97,8 +121,15 @@ class AccumulatingProfiler {
     time_point start_;
   };
 
-  AccumulatingProfiler() : cells_(std::make_unique<shard[]>(Shards)), epoch_(Clock::now().time_since_epoch().count()) {
-    reset_all();
+  AccumulatingProfiler()
+      : shards_(std::make_unique<shard[]>(Shards + 1)),
+        asymmetric_(detail::asymmetric_barrier_state::fast()),
+        window_start_(Clock::now().time_since_epoch().count()) {
+    // Register membarrier before any record; records read the answer from here.
+    for (std::size_t s = 0; s <= Shards; ++s) {
+      reset_bank(shards_[s].banks[0], 0);
+      reset_bank(shards_[s].banks[1], no_epoch);
+    }
   }
   AccumulatingProfiler(const AccumulatingProfiler&) = delete;
   AccumulatingProfiler& operator=(const AccumulatingProfiler&) = delete;
@@ -113,6 +144,12 @@ class AccumulatingProfiler {
     check_key<K>();
     record(Keys::index_of(K::name()), to_ns(Clock::now() - start));
   }
+  /// end() with the stop time read by the caller (Composite reads the clock once for all members).
+  template <Key K>
+  void end_at(K, token start, time_point stop) const noexcept {
+    check_key<K>();
+    record(Keys::index_of(K::name()), to_ns(stop - start));
+  }
   template <Key K>
   [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
     check_key<K>();
@@ -125,35 +162,59 @@ class AccumulatingProfiler {
     record(Keys::index_of(K::name()), detail::checked_add_ns("dflash::AccumulatingProfiler", K::name(), d));
   }
 
-  /// Merged view of every shard. Exact when no thread is recording.
-  profile_snapshot snapshot() const { return collect(false); }
-  /// snapshot() and reset in one pass: no update is lost between the two.
-  profile_snapshot take() { return collect(true); }
+  /// Merged view of the current window. Exact when no thread is recording;
+  /// while threads record, each shard is read consistently (whole records).
+  profile_snapshot snapshot() const {
+    const std::lock_guard lk(reader_);
+    const std::uint64_t e = epoch_.load(std::memory_order_relaxed);
+    const auto now = Clock::now().time_since_epoch().count();
+    return collect(e, now, window_start_.load(std::memory_order_relaxed), false);
+  }
+  /// Ends the window and returns it; the next window starts now. Every record
+  /// lands in exactly one take(), whole.
+  profile_snapshot take() {
+    const std::lock_guard lk(reader_);
+    const auto [e, now, then] = end_window();
+    return collect(e, now, then, true);
+  }
   void clear() noexcept {
-    reset_all();
-    epoch_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    const std::lock_guard lk(reader_);
+    (void)end_window();
   }
 
   std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
+  std::string summary(const report_options& o) const { return format_report(snapshot(), o); }
 
-  /// Records of one key in the current window (sums its histogram; for tests and progress).
+  /// Records of one key in the current window (for tests and progress).
   template <Key K>
   std::uint64_t count(K) const noexcept {
     check_key<K>();
+    const std::uint64_t e = epoch_.load(std::memory_order_relaxed);
     std::uint64_t c = 0;
-    for (std::size_t s = 0; s < Shards; ++s)
-      for (const auto& b : cells_[s].k[Keys::index_of(K::name())].buckets) c += b.load(std::memory_order_relaxed);
+    for (std::size_t s = 0; s <= Shards; ++s) {
+      const bank& b = shards_[s].banks[e & 1];
+      if (b.tag.load(std::memory_order_acquire) != e) continue;
+      for (const auto& x : b.k[Keys::index_of(K::name())].buckets) c += x.load(std::memory_order_relaxed);
+    }
     return c;
   }
 
  private:
-  // The count is the sum of the histogram's buckets: one RMW fewer per record.
+  static constexpr std::uint64_t no_epoch = ~std::uint64_t{0};
+
+  // The count is the sum of the histogram's buckets: one store fewer per record.
   struct cell {
     std::atomic<std::uint64_t> total, min, max;
     std::array<std::atomic<std::uint64_t>, histogram::bucket_count> buckets;
   };
-  struct alignas(64) shard {
+  struct bank {
+    std::atomic<std::uint64_t> tag;  ///< the epoch this bank holds
     std::array<cell, Keys::size> k;
+  };
+  struct alignas(64) shard {
+    std::atomic<std::uint64_t> seq{0};  ///< odd while its owner is inside record()
+    std::atomic<bool> lock{false};      ///< overflow shard only
+    bank banks[2];
   };
 
   template <Key K>
@@ -167,56 +228,133 @@ class AccumulatingProfiler {
     return ns > 0 ? static_cast<std::uint64_t>(ns) : 0;  // a steady clock never runs back
   }
 
+  static void reset_bank(bank& b, std::uint64_t tag) noexcept {
+    for (cell& c : b.k) {
+      c.total.store(0, std::memory_order_relaxed);
+      c.min.store(UINT64_MAX, std::memory_order_relaxed);
+      c.max.store(0, std::memory_order_relaxed);
+      for (auto& x : c.buckets) x.store(0, std::memory_order_relaxed);
+    }
+    b.tag.store(tag, std::memory_order_relaxed);
+  }
+
+  // Single writer per shard: plain loads and stores, no locked instruction.
+  static void update(shard& sh, std::uint64_t e, std::size_t i, std::uint64_t ns) noexcept {
+    bank& b = sh.banks[e & 1];
+    if (b.tag.load(std::memory_order_relaxed) != e) [[unlikely]]
+      reset_bank(b, e);  // first record of this thread in epoch e: the bank's old epoch was taken
+    cell& c = b.k[i];
+    c.total.store(c.total.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
+    if (ns < c.min.load(std::memory_order_relaxed)) c.min.store(ns, std::memory_order_relaxed);
+    if (ns > c.max.load(std::memory_order_relaxed)) c.max.store(ns, std::memory_order_relaxed);
+    auto& bucket = c.buckets[histogram::bucket_of(ns)];
+    bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
   void record(std::size_t i, std::uint64_t ns) const noexcept {
-    cell& c = cells_[detail::thread_slot::get() % Shards].k[i];
-    c.total.fetch_add(ns, std::memory_order_relaxed);
-    for (auto m = c.min.load(std::memory_order_relaxed); ns < m;)
-      if (c.min.compare_exchange_weak(m, ns, std::memory_order_relaxed)) break;
-    for (auto m = c.max.load(std::memory_order_relaxed); ns > m;)
-      if (c.max.compare_exchange_weak(m, ns, std::memory_order_relaxed)) break;
-    c.buckets[histogram::bucket_of(ns)].fetch_add(1, std::memory_order_relaxed);
+    const unsigned slot = detail::thread_slot::get();
+    if (slot < Shards) [[likely]] {
+      record_in(shards_[slot], i, ns);
+    } else {
+      shard& sh = shards_[Shards];
+      while (sh.lock.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+      record_in(sh, i, ns);
+      sh.lock.store(false, std::memory_order_release);
+    }
   }
 
-  void reset_all() noexcept {
-    for (std::size_t s = 0; s < Shards; ++s)
-      for (cell& c : cells_[s].k) {
-        c.total.store(0, std::memory_order_relaxed);
-        c.min.store(UINT64_MAX, std::memory_order_relaxed);
-        c.max.store(0, std::memory_order_relaxed);
-        for (auto& b : c.buckets) b.store(0, std::memory_order_relaxed);
-      }
+  void record_in(shard& sh, std::size_t i, std::uint64_t ns) const noexcept {
+    const std::uint64_t q = sh.seq.load(std::memory_order_relaxed);
+    sh.seq.store(q + 1, std::memory_order_relaxed);  // busy: take() waits for us
+    // Pairs with take()'s heavy_barrier: a compiler barrier when membarrier works.
+    if (asymmetric_) [[likely]]
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    else
+      detail::full_fence();
+    update(sh, epoch_.load(std::memory_order_relaxed), i, ns);
+    sh.seq.store(q + 2, std::memory_order_release);  // done: publishes the update
   }
 
-  profile_snapshot collect(bool reset) const {
+  struct window {
+    std::uint64_t epoch;
+    typename duration::rep now, then;
+  };
+  // Under reader_: advance the epoch and wait until no record of the old one is
+  // in flight. Afterwards nobody writes the old banks until the epoch after next.
+  window end_window() noexcept {
+    const std::uint64_t e = epoch_.load(std::memory_order_relaxed);
     const auto now = Clock::now().time_since_epoch().count();
-    const auto then = reset ? epoch_.exchange(now, std::memory_order_relaxed) : epoch_.load(std::memory_order_relaxed);
+    const auto then = window_start_.exchange(now, std::memory_order_relaxed);
+    epoch_.store(e + 1, std::memory_order_relaxed);
+    detail::heavy_barrier();  // a record not yet marked busy now reads e + 1
+    for (std::size_t s = 0; s <= Shards; ++s)
+      while (shards_[s].seq.load(std::memory_order_acquire) & 1) std::this_thread::yield();
+    return {e, now, then};
+  }
+
+  // Reads bank[e & 1] of every shard. After end_window() those banks are
+  // quiescent; for snapshot() (current epoch) each shard is read under its
+  // sequence word and re-read if its owner recorded meanwhile.
+  profile_snapshot collect(std::uint64_t e, typename duration::rep now, typename duration::rep then,
+                           bool quiescent) const {
     profile_snapshot out;
     out.window_ns = to_ns(duration{now - then});
     out.keys.resize(Keys::size);
-    auto grab = [reset](std::atomic<std::uint64_t>& a, std::uint64_t fresh) {
-      return reset ? a.exchange(fresh, std::memory_order_relaxed) : a.load(std::memory_order_relaxed);
-    };
-    for (std::size_t i = 0; i < Keys::size; ++i) {
-      key_stats& ks = out.keys[i];
-      ks.name = std::string(Keys::names[i]);
-      std::uint64_t mn = UINT64_MAX;
-      for (std::size_t s = 0; s < Shards; ++s) {
-        cell& c = cells_[s].k[i];
-        ks.total_ns += grab(c.total, 0);
-        mn = std::min(mn, grab(c.min, UINT64_MAX));
-        ks.max_ns = std::max(ks.max_ns, grab(c.max, 0));
-        for (std::size_t b = 0; b < histogram::bucket_count; ++b) ks.buckets[b] += grab(c.buckets[b], 0);
+    for (std::size_t i = 0; i < Keys::size; ++i) out.keys[i].name = std::string(Keys::names[i]);
+    std::vector<key_stats> part(Keys::size);
+    for (std::size_t s = 0; s <= Shards; ++s) {
+      const shard& sh = shards_[s];
+      for (;;) {
+        const std::uint64_t q = sh.seq.load(std::memory_order_acquire);
+        if (!quiescent && (q & 1)) {
+          std::this_thread::yield();
+          continue;
+        }
+        const bool have = read_bank(sh.banks[e & 1], e, part);
+        if (quiescent) {
+          if (have) merge(out, part);
+          break;
+        }
+        // read_bank's loads are acquire, so this re-read cannot move above them.
+        if (sh.seq.load(std::memory_order_relaxed) != q) continue;  // torn: read again
+        if (have) merge(out, part);
+        break;
       }
-      for (const auto b : ks.buckets) ks.count += b;
-      ks.min_ns = ks.count ? mn : 0;
     }
     return out;
   }
 
+  static bool read_bank(const bank& b, std::uint64_t e, std::vector<key_stats>& part) {
+    if (b.tag.load(std::memory_order_acquire) != e) return false;  // no record in epoch e
+    for (std::size_t i = 0; i < Keys::size; ++i) {
+      const cell& c = b.k[i];
+      key_stats& ks = part[i];
+      ks.count = 0;
+      // acquire (free on x86): keeps snapshot()'s validating re-read of the
+      // sequence word after these loads, as a seqlock reader needs.
+      for (std::size_t x = 0; x < histogram::bucket_count; ++x) {
+        ks.buckets[x] = c.buckets[x].load(std::memory_order_acquire);
+        ks.count += ks.buckets[x];
+      }
+      ks.total_ns = c.total.load(std::memory_order_acquire);
+      const std::uint64_t mn = c.min.load(std::memory_order_acquire), mx = c.max.load(std::memory_order_acquire);
+      ks.min_ns = ks.count ? mn : 0;
+      ks.max_ns = ks.count ? mx : 0;
+    }
+    return true;
+  }
+
+  static void merge(profile_snapshot& out, const std::vector<key_stats>& part) {
+    for (std::size_t i = 0; i < Keys::size; ++i) out.keys[i] += part[i];
+  }
+
   // Shared, mutable-through-const storage: recording is not a logical
   // mutation of the stages that hold a const profiler_ref.
-  std::unique_ptr<shard[]> cells_;
-  mutable std::atomic<typename duration::rep> epoch_;
+  std::unique_ptr<shard[]> shards_;  // [0, Shards): exclusive; [Shards]: overflow
+  const bool asymmetric_;
+  alignas(64) mutable std::atomic<std::uint64_t> epoch_{0};
+  mutable std::atomic<typename duration::rep> window_start_;
+  mutable std::mutex reader_;  // take/clear/snapshot among themselves; never taken by record()
 };
 
 }  // namespace dflash

@@ -22,13 +22,19 @@
 //  * order   — begin/scope-start run members first to last, end runs them last
 //              to first, so ranges nest (NVTX push/pop stays LIFO) and member 0
 //              measures the widest interval.
+//  * clock   — when every enabled member takes external times from one clock
+//              (AccumulatingProfiler and TraceProfiler with the same Clock:
+//              token = time_point, end_at()), the clock is read once at begin
+//              and once at end for all of them, and they record the same interval.
 //  * add     — forwarded to each member in order; if one throws (e.g. a
 //              negative duration), later members do not see that call.
 //  * clear   — not forwarded: members are shared and owned elsewhere; clear
 //              them where they are owned.
 
 #include <chrono>
+#include <concepts>
 #include <cstddef>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -132,6 +138,40 @@ template <class P, class K>
 struct member_end_nothrow<true, P, K>
     : std::bool_constant<noexcept(std::declval<const P&>().end(K{}, std::declval<member_token_t<P, K>>()))> {};
 
+/// A member that takes its times from outside: its token is its clock's
+/// time_point and it has end_at(k, start, stop).
+template <class P, class K>
+concept external_clock_member = requires(const P& p, K k, typename P::clock::time_point t) {
+  typename P::clock;
+  requires std::same_as<decltype(p.begin(k)), typename P::clock::time_point>;
+  p.end_at(k, t, t);
+};
+
+/// The clock every enabled member shares, if each takes external times;
+/// otherwise a tag (then each member reads its own clock).
+struct no_clock_yet {};
+struct no_shared_clock {};
+template <class K, class Acc, class... P>
+struct shared_clock_fold {
+  using type = Acc;
+};
+template <class K, class Acc, class M, class... Rest>
+struct shared_clock_fold<K, Acc, M, Rest...> {
+  static constexpr auto pick() {
+    if constexpr (!M::enabled) return std::type_identity<Acc>{};
+    else if constexpr (!external_clock_member<M, K>) return std::type_identity<no_shared_clock>{};
+    else if constexpr (std::is_same_v<Acc, no_clock_yet>) return std::type_identity<typename M::clock>{};
+    else if constexpr (std::is_same_v<Acc, typename M::clock>) return std::type_identity<Acc>{};
+    else return std::type_identity<no_shared_clock>{};
+  }
+  using type = typename shared_clock_fold<K, typename decltype(pick())::type, Rest...>::type;
+};
+template <class K, class... P>
+using shared_clock_t = typename shared_clock_fold<K, no_clock_yet, P...>::type;
+template <class K, class... P>
+inline constexpr bool has_shared_clock = !std::is_same_v<shared_clock_t<K, P...>, no_clock_yet> &&
+                                         !std::is_same_v<shared_clock_t<K, P...>, no_shared_clock>;
+
 }  // namespace detail
 
 template <ProfilerPolicy... P>
@@ -205,6 +245,11 @@ class Composite {
     add_all(k, d, members{});
   }
 
+  /// Names the calling thread in every member that labels threads (see dflash::name_this_thread).
+  void name_this_thread(std::string_view name) const {
+    name_all(name, members{});
+  }
+
   /// The I-th member.
   template <std::size_t I>
   constexpr const auto& get() const noexcept {
@@ -219,9 +264,24 @@ class Composite {
                   "missing from one member's key_set (the key's name is the key_t<...> argument above)");
   }
 
+  // When every enabled member takes external times from one clock, the clock
+  // is read once at begin and once at end for all of them (issue 12 goal 4).
   template <class K, std::size_t... I>
   constexpr token_t<K> begin_all(K k, std::index_sequence<I...>) const noexcept {
-    return token_t<K>{begin_one<I>(k)...};  // braced: members begin first to last
+    if constexpr (detail::has_shared_clock<K, P...>) {
+      const auto now = detail::shared_clock_t<K, P...>::now();
+      return token_t<K>{shared_token<I>(now)...};
+    } else {
+      return token_t<K>{begin_one<I>(k)...};  // braced: members begin first to last
+    }
+  }
+  template <std::size_t I, class T>
+  static constexpr auto shared_token(T now) noexcept {
+    using M = std::tuple_element_t<I, std::tuple<P...>>;
+    if constexpr (M::enabled)
+      return now;
+    else
+      return detail::skipped_token{};
   }
   template <std::size_t I, class K>
   constexpr auto begin_one(K k) const noexcept {
@@ -234,7 +294,17 @@ class Composite {
 
   template <class K, std::size_t... I>
   constexpr void end_all(K k, const token_t<K>& t, std::index_sequence<I...>) const noexcept(end_nothrow<K>) {
-    (end_one<sizeof...(P) - 1 - I>(k, t), ...);  // last to first
+    if constexpr (detail::has_shared_clock<K, P...>) {
+      const auto now = detail::shared_clock_t<K, P...>::now();
+      (end_at_one<sizeof...(P) - 1 - I>(k, t, now), ...);  // last to first
+    } else {
+      (end_one<sizeof...(P) - 1 - I>(k, t), ...);  // last to first
+    }
+  }
+  template <std::size_t I, class K, class T>
+  constexpr void end_at_one(K k, const token_t<K>& t, T now) const noexcept(end_nothrow<K>) {
+    using M = std::tuple_element_t<I, std::tuple<P...>>;
+    if constexpr (M::enabled) boost::hana::at_c<I>(refs_)->end_at(k, boost::hana::at_c<I>(t), now);
   }
   template <std::size_t I, class K>
   constexpr void end_one(K k, const token_t<K>& t) const noexcept(end_nothrow<K>) {
@@ -250,6 +320,11 @@ class Composite {
   constexpr void add_one(K k, D d) const {
     using M = std::tuple_element_t<I, std::tuple<P...>>;
     if constexpr (M::enabled) boost::hana::at_c<I>(refs_)->add(k, d);
+  }
+
+  template <std::size_t... I>
+  void name_all(std::string_view name, std::index_sequence<I...>) const {
+    (dflash::name_this_thread(boost::hana::at_c<I>(refs_).get(), name), ...);
   }
 
   [[no_unique_address]] refs_t refs_;

@@ -181,6 +181,7 @@ class CudaEventProfiler {
     acc_.clear();
   }
   std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
+  std::string summary(const report_options& o) const { return format_report(snapshot(), o); }
 
   /// Resolved ranges of one key so far (does not poll).
   template <Key K>

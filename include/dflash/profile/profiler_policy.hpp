@@ -13,6 +13,8 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -45,15 +47,31 @@ concept ProfilerPolicy =
     };
 
 namespace detail {
-/// What add(k, d) records, in ns; a negative duration is the caller's bug, and
-/// is reported (naming the policy, the key and the value), never clamped.
+/// What add(k, d) records, in ns. The range is checked *before* converting (a
+/// conversion to int64 ns would overflow for ~292 years and more); negative,
+/// too large, NaN and infinite durations are the caller's bug and are reported
+/// naming the policy, the key and the value, never clamped.
 template <class Rep, class Period>
 std::uint64_t checked_add_ns(std::string_view who, std::string_view key, std::chrono::duration<Rep, Period> d) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-  if (ns < 0)
-    throw std::invalid_argument(std::string(who) + "::add: negative duration for key '" + std::string(key) +
-                                "' (got " + std::to_string(ns) + " ns)");
-  return static_cast<std::uint64_t>(ns);
+  const auto what = [&](const char* problem, const std::string& value) {
+    return std::string(who) + "::add: " + problem + " for key '" + std::string(key) + "'" + value;
+  };
+  // long double holds every int64 exactly (x86: 64-bit mantissa), and its
+  // range is far beyond any Rep/Period product.
+  const long double ns = std::chrono::duration<long double, std::nano>(d).count();
+  if (ns != ns) throw std::invalid_argument(what("duration is NaN", ""));
+  if (ns > std::numeric_limits<long double>::max() || ns < -std::numeric_limits<long double>::max())
+    throw std::invalid_argument(what("duration is infinite", ""));
+  const auto shown = [&] {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " (got %.6Lg ns)", ns);
+    return std::string(buf);
+  };
+  if (ns < 0) throw std::invalid_argument(what("negative duration", shown()));
+  if (ns > static_cast<long double>(std::numeric_limits<std::int64_t>::max()))
+    throw std::invalid_argument(what("duration too large", shown() + "; at most 2^63-1 ns (about 292 years)"));
+  if constexpr (std::is_floating_point_v<Rep>) return static_cast<std::uint64_t>(ns);  // in range: truncates
+  else return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
 }  // namespace detail
 
@@ -93,6 +111,14 @@ class profiler_ref<P> {
  private:
   static constexpr P instance_{};
 };
+
+/// Name the calling thread for policies that label threads (TraceProfiler's
+/// track, e.g. "target_forward#2"; a Composite forwards to such members); a
+/// no-op for every other policy. Call once per thread, off the hot path.
+template <ProfilerPolicy P>
+void name_this_thread(const P& p, std::string_view name) {
+  if constexpr (requires { p.name_this_thread(name); }) p.name_this_thread(name);
+}
 
 /// Time `f()` under key `k`; returns what f returns.
 template <ProfilerPolicy P, Key K, class F>

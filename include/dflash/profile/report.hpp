@@ -1,6 +1,8 @@
 #pragma once
 // Human-readable table and JSON for a profile_snapshot.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -13,55 +15,142 @@ namespace dflash {
 enum class report_format { table, json };
 
 namespace detail {
+/// printf into `out`, however long the result (a fixed buffer cut long rows).
 inline void append_fmt(std::string& out, const char* fmt, auto... args) {
   char buf[256];
   const int n = std::snprintf(buf, sizeof buf, fmt, args...);
-  if (n > 0) out.append(buf, static_cast<std::size_t>(std::min<int>(n, sizeof buf - 1)));
+  if (n <= 0) return;
+  if (static_cast<std::size_t>(n) < sizeof buf) {
+    out.append(buf, static_cast<std::size_t>(n));
+    return;
+  }
+  const std::size_t at = out.size();
+  out.resize(at + static_cast<std::size_t>(n) + 1);
+  std::snprintf(out.data() + at, static_cast<std::size_t>(n) + 1, fmt, args...);
+  out.resize(at + static_cast<std::size_t>(n));
 }
 
+/// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlongs,
+/// no surrogates, <= U+10FFFF), or 0 if the bytes there are not one.
+inline std::size_t utf8_sequence(std::string_view s, std::size_t i) noexcept {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  std::size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else
+    return 0;
+  if (i + len > s.size()) return 0;
+  if (b(1) < lo || b(1) > hi) return 0;
+  for (std::size_t k = 2; k < len; ++k)
+    if ((b(k) & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+/// A JSON string literal. Bytes that are not well-formed UTF-8 become U+FFFD
+/// (one per byte), so the document stays valid whatever the name holds.
 inline void append_json_string(std::string& out, std::string_view s) {
   out += '"';
-  for (const char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const std::size_t len = utf8_sequence(s, i);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+      continue;
+    }
+    if (len > 1) {
+      out.append(s.substr(i, len));
+      i += len;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) append_fmt(out, "\\u%04x", c);
+        if (static_cast<unsigned char>(c) < 0x20) append_fmt(out, "\\u%04x", static_cast<unsigned>(c));
         else out += c;
     }
+    ++i;
   }
   out += '"';
 }
 
-inline double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+/// A duration with the unit that shows it: "250 ns", "12.500 us", "3.000 ms", "1.250 s".
+inline std::string human_duration(std::uint64_t ns) {
+  std::string out;
+  const double v = static_cast<double>(ns);
+  if (ns < 1'000) append_fmt(out, "%llu ns", static_cast<unsigned long long>(ns));
+  else if (ns < 1'000'000) append_fmt(out, "%.3f us", v / 1e3);
+  else if (ns < 1'000'000'000) append_fmt(out, "%.3f ms", v / 1e6);
+  else append_fmt(out, "%.3f s", v / 1e9);
+  return out;
+}
 }  // namespace detail
 
-/// One row per key: count, total, mean, p50, p90, p99, max and share of the
-/// window's wall time (> 100 % means the key ran on several threads at once).
-inline std::string format_table(const profile_snapshot& s) {
+/// How a table report is laid out.
+struct report_options {
+  report_format format = report_format::table;
+  /// Also list keys with no record in the window (hidden by default; the
+  /// table's footer says how many were hidden).
+  bool show_unrecorded = false;
+};
+
+/// One row per recorded key: count, then total, mean, p50, p90, p99, max, each
+/// with the unit that shows it (ns, us, ms, s), and the key's share of the window's wall time. Footers say
+/// that percentiles have bucket resolution, which keys were hidden, and why a
+/// share can exceed 100 % (time summed over threads).
+inline std::string format_table(const profile_snapshot& s, const report_options& opt = {}) {
   using detail::append_fmt;
-  using detail::ms;
+  using detail::human_duration;
   std::size_t w = 5;
-  for (const auto& k : s.keys) w = std::max(w, k.name.size());
+  for (const auto& k : s.keys)
+    if (k.count || opt.show_unrecorded) w = std::max(w, k.name.size());
   const int wi = static_cast<int>(w);
   std::string out;
   append_fmt(out, "profile over %.3f s\n", static_cast<double>(s.window_ns) / 1e9);
-  append_fmt(out, "%-*s %10s %11s %10s %10s %10s %10s %10s %7s\n", wi, "stage", "count", "total s",
-             "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "% wall");
+  append_fmt(out, "%-*s %10s %11s %11s %11s %11s %11s %11s %7s\n", wi, "stage", "count", "total", "mean",
+             "p50*", "p90*", "p99*", "max", "% wall");
+  std::size_t hidden = 0;
+  std::string hidden_names;
+  bool over_100 = false;
   for (const auto& k : s.keys) {
     if (k.count == 0) {
-      append_fmt(out, "%-*s %10d %11s %10s %10s %10s %10s %10s %7s\n", wi, k.name.c_str(), 0, "-", "-",
-                 "-", "-", "-", "-", "-");
+      if (!opt.show_unrecorded) {
+        if (hidden++ < 3) hidden_names += (hidden_names.empty() ? "" : ", ") + k.name;
+        continue;
+      }
+      append_fmt(out, "%-*s %10d %11s %11s %11s %11s %11s %11s %7s\n", wi, k.name.c_str(), 0, "-", "-", "-", "-",
+                 "-", "-", "-");
       continue;
     }
     const double share =
         s.window_ns ? 100.0 * static_cast<double>(k.total_ns) / static_cast<double>(s.window_ns) : 0.0;
-    append_fmt(out, "%-*s %10llu %11.3f %10.3f %10.3f %10.3f %10.3f %10.3f %7.1f\n", wi, k.name.c_str(),
-               static_cast<unsigned long long>(k.count), static_cast<double>(k.total_ns) / 1e9,
-               k.mean_ns() / 1e6, ms(k.p50_ns()), ms(k.p90_ns()), ms(k.p99_ns()), ms(k.max_ns), share);
+    over_100 = over_100 || share > 100.0;
+    append_fmt(out, "%-*s %10llu %11s %11s %11s %11s %11s %11s %7.1f\n", wi, k.name.c_str(),
+               static_cast<unsigned long long>(k.count), human_duration(k.total_ns).c_str(),
+               human_duration(static_cast<std::uint64_t>(k.mean_ns() + 0.5)).c_str(),
+               human_duration(k.p50_ns()).c_str(), human_duration(k.p90_ns()).c_str(),
+               human_duration(k.p99_ns()).c_str(), human_duration(k.max_ns).c_str(), share);
   }
+  out += "* p50/p90/p99 have histogram-bucket resolution (within 6.25 %); count, total, mean, max are exact\n";
+  if (over_100)
+    out += "% wall = total / window, summed over threads: above 100 % the key ran on several threads at once"
+           " (or add() recorded time measured elsewhere)\n";
+  if (hidden)
+    append_fmt(out, "%zu key%s never recorded in this window, hidden (%s%s); report_options::show_unrecorded lists them\n",
+               hidden, hidden == 1 ? "" : "s", hidden_names.c_str(), hidden > 3 ? ", ..." : "");
   return out;
 }
 
@@ -89,8 +178,11 @@ inline std::string format_json(const profile_snapshot& s) {
   return out;
 }
 
+inline std::string format_report(const profile_snapshot& s, const report_options& o) {
+  return o.format == report_format::json ? format_json(s) : format_table(s, o);
+}
 inline std::string format_report(const profile_snapshot& s, report_format f) {
-  return f == report_format::json ? format_json(s) : format_table(s);
+  return format_report(s, report_options{f});
 }
 
 }  // namespace dflash

@@ -37,6 +37,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -162,6 +163,12 @@ class TraceProfiler {
     check_key<K>();
     emit(Keys::index_of(K::name()), start, Clock::now(), false);
   }
+  /// end() with the stop time read by the caller (Composite reads the clock once for all members).
+  template <Key K>
+  void end_at(K, token start, time_point stop) const noexcept {
+    check_key<K>();
+    emit(Keys::index_of(K::name()), start, stop, false);
+  }
   template <Key K>
   [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
     check_key<K>();
@@ -171,9 +178,11 @@ class TraceProfiler {
   template <Key K, class Rep, class Period>
   void add(K, std::chrono::duration<Rep, Period> d) const {
     check_key<K>();
-    detail::checked_add_ns("dflash::TraceProfiler", K::name(), d);
+    const std::uint64_t ns = detail::checked_add_ns("dflash::TraceProfiler", K::name(), d);
     const time_point now = Clock::now();
-    emit(Keys::index_of(K::name()), now - std::chrono::duration_cast<duration>(d), now, true);
+    emit(Keys::index_of(K::name()),
+         now - std::chrono::duration_cast<duration>(std::chrono::nanoseconds(static_cast<std::int64_t>(ns))), now,
+         true);
   }
 
   /// Label the calling thread's track in the trace viewer.
@@ -183,6 +192,9 @@ class TraceProfiler {
     const std::lock_guard lock(m_);
     b->name = std::move(name);
   }
+
+  /// The policy-generic spelling (dflash::name_this_thread(p, name) calls it).
+  void name_this_thread(std::string_view name) const { name_thread(std::string(name)); }
 
   std::size_t events_per_thread() const noexcept { return capacity_; }
   /// Events dropped because a thread's buffer was full (or could not be allocated).

@@ -5,10 +5,13 @@
 //
 // A ring of `capacity` slots addressed by ever-growing 64-bit positions
 // (slot = pos % capacity, so wrap-around is arithmetic, never a special case).
-// Each slot carries a sequence word (Vyukov's bounded MPMC scheme):
-//   seq == pos            slot free for the producer of position pos
-//   seq == pos + 1        slot holds the item of position pos (published)
-//   seq == pos + capacity slot released by its consumer, free for the next lap
+// Each slot carries a sequence word (Vyukov's bounded MPMC scheme, with the
+// position doubled so that the three states stay distinct for every capacity —
+// with Vyukov's pos / pos+1 / pos+capacity, capacity 1 makes "published for p"
+// and "free for p+1" the same value):
+//   seq == 2*pos                  slot free for the producer of position pos
+//   seq == 2*pos + 1              slot holds the item of position pos (published)
+//   seq == 2*(pos + capacity)     released by its consumer: free for the next lap
 // Producers reserve n consecutive positions with ONE compare-and-swap on the
 // enqueue word (so a warp or block that aggregates its items pays one atomic),
 // write, then publish each slot; consumers reserve up to n published
@@ -24,6 +27,8 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <cuda/atomic>
@@ -55,19 +60,33 @@ struct ring_ticket {
 
 /// A non-owning view: header + sequence array of `capacity` words.
 /// Trivially copyable, so it can be passed by value to a kernel.
-/// Precondition: capacity >= 1 — the view is noexcept and device-callable, so
-/// its owners (host_ring, device_queue) validate capacity and throw instead.
+/// Precondition: 1 <= capacity <= max_capacity — the view is noexcept and
+/// device-callable, so its owners validate with check_capacity() and throw.
 class ring_control {
  public:
   static constexpr unsigned long long closed_bit = 1ull << 63;
   using atomic_ref = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
 
+  /// Largest capacity the encoding serves (sequence differences, 2 * capacity,
+  /// must fit a signed 64-bit word); far beyond any memory, but checked.
+  static constexpr unsigned long long max_capacity = 1ull << 61;
+
+  /// Host-side validation for owners of a ring (host_ring, device_queue):
+  /// throws std::invalid_argument "<who>: capacity must be ..." for 0 or > max_capacity.
+  static void check_capacity(std::size_t capacity, std::string_view who) {
+    if (capacity == 0)
+      throw std::invalid_argument(std::string(who) + ": capacity must be at least 1 (got 0)");
+    if (capacity > max_capacity)
+      throw std::invalid_argument(std::string(who) + ": capacity must be at most " + std::to_string(max_capacity) +
+                                  " (got " + std::to_string(capacity) + ")");
+  }
+
   ring_control() = default;
   DFLASH_HOST_DEVICE ring_control(ring_header* h, unsigned long long* seq, unsigned long long capacity) noexcept
       : h_(h), seq_(seq), cap_(capacity) {}
 
-  /// Initial state (not thread-safe; before any other use). Slot i gets seq i.
-  DFLASH_HOST_DEVICE void init_slot(unsigned long long i) const noexcept { seq_[i] = i; }
+  /// Initial state (not thread-safe; before any other use). Slot i is free for position i.
+  DFLASH_HOST_DEVICE void init_slot(unsigned long long i) const noexcept { seq_[i] = 2 * i; }
   DFLASH_HOST_DEVICE void init_header() const noexcept { h_->enqueue = h_->dequeue = 0; }
 
   DFLASH_HOST_DEVICE unsigned long long capacity() const noexcept { return cap_; }
@@ -83,7 +102,7 @@ class ring_control {
       const unsigned long long pos = word;
       bool stale = false;
       for (std::uint32_t i = 0; i < n; ++i) {
-        const long long d = diff(seq(pos + i).load(cuda::std::memory_order_acquire), pos + i);
+        const long long d = diff(seq(pos + i).load(cuda::std::memory_order_acquire), 2 * (pos + i));
         if (d < 0) {
           // Slot still holds last lap's item: full, unless our view of the
           // enqueue word is outdated.
@@ -107,7 +126,7 @@ class ring_control {
 
   /// Make the item at a reserved position visible to consumers.
   DFLASH_HOST_DEVICE void publish(unsigned long long pos) const noexcept {
-    seq(pos).store(pos + 1, cuda::std::memory_order_release);
+    seq(pos).store(2 * pos + 1, cuda::std::memory_order_release);
   }
 
   /// Reserve up to max_n consecutive published positions for reading.
@@ -118,7 +137,7 @@ class ring_control {
       std::uint32_t k = 0;
       bool stale = false;
       while (k < max_n) {
-        const long long d = diff(seq(pos + k).load(cuda::std::memory_order_acquire), pos + k + 1);
+        const long long d = diff(seq(pos + k).load(cuda::std::memory_order_acquire), 2 * (pos + k) + 1);
         if (d == 0) {
           ++k;
           continue;
@@ -147,7 +166,7 @@ class ring_control {
 
   /// Hand the slot of a consumed position back to producers (next lap).
   DFLASH_HOST_DEVICE void release(unsigned long long pos) const noexcept {
-    seq(pos).store(pos + cap_, cuda::std::memory_order_release);
+    seq(pos).store(2 * (pos + cap_), cuda::std::memory_order_release);
   }
 
   /// After close(), every push fails; pops drain, then report closed.
@@ -221,7 +240,7 @@ class host_ring {
 
  private:
   static std::size_t checked(std::size_t capacity) {
-    if (capacity == 0) throw std::invalid_argument("dflash::host_ring: capacity must be at least 1 (got 0)");
+    ring_control::check_capacity(capacity, "dflash::host_ring");
     return capacity;
   }
   std::unique_ptr<ring_header> header_;
