@@ -136,7 +136,7 @@ inline constexpr std::size_t job_table_rank_columns = 8;
 /// with the slowest rank, and (for small jobs) each rank's mean in its own column.
 inline std::string format_job_table(const job_profile& j) {
   using dflash::detail::append_fmt;
-  using dflash::detail::ms;
+  auto ms = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e6; };
   const profile_snapshot m = j.merged();
   const std::size_t n = j.ranks.size();
   const bool per_rank = n <= job_table_rank_columns;

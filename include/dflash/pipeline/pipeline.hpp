@@ -642,6 +642,12 @@ class Pipeline {
 
   template <std::size_t I>
   void worker(std::size_t w) noexcept {
+    if constexpr (P::enabled) {  // trace tracks read "target_forward#2", not "thread 3"
+      try {
+        name_this_thread(prof_.get(), std::string(stage_type<I>::name.view()) + "#" + std::to_string(w));
+      } catch (...) {  // a name is cosmetic: never a reason to stop
+      }
+    }
     if constexpr (device_stage<I>) device_worker<I>(w);
     else host_worker<I>(w);
     // The last worker of a stage closes its output: downstream drains and ends.

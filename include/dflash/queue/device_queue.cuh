@@ -150,7 +150,7 @@ template <class T>
 class device_queue {
  public:
   explicit device_queue(std::size_t capacity, cudaStream_t stream = nullptr) : cap_(capacity) {
-    if (capacity == 0) throw std::invalid_argument("dflash::device_queue: capacity must be at least 1 (got 0)");
+    ring_control::check_capacity(capacity, "dflash::device_queue");
     try {
       detail::cuda_check(cudaMalloc(&header_, sizeof(ring_header)), "cudaMalloc(ring header)");
       detail::cuda_check(cudaMalloc(&seq_, capacity * sizeof(unsigned long long)), "cudaMalloc(ring sequence words)");
