@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build ccache git
+  clang                     # clang++ 14: the clang preset (CI builds and tests with it too)
   libboost1.81-dev          # Boost.Hana (header-only)
   catch2                    # Catch2 v2.13, <catch2/catch.hpp>
   libbenchmark-dev          # Google Benchmark

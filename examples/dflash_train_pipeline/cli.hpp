@@ -1,16 +1,23 @@
 #pragma once
-// Command line of the example (CLI11). Every value is checked here; nothing
-// is clamped. parse_cli() returns the exit code to stop with (0 after --help,
+// Command line of the example (CLI11). Every value is checked here, before
+// any work: integers are decimal only and range-checked, seconds are finite
+// and in range, --trace must be writable; nothing is clamped. parse_cli() returns the exit code to stop with (0 after --help,
 // 2 for a usage error) or nothing to go on.
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
+#include <system_error>
+#include <type_traits>
 
 #include "options.hpp"
 
@@ -19,6 +26,51 @@ namespace dflash_example {
 inline constexpr int exit_usage = 2;               ///< unknown flag, bad value
 inline constexpr int exit_device_unavailable = 3;  ///< --device cuda without a usable GPU (or CUDA build)
 inline constexpr int exit_failure = 1;             ///< the run itself failed
+
+inline constexpr double min_interval_s = 1e-3;           ///< shortest report / progress interval
+inline constexpr double max_profile_interval_s = 86400;  ///< one day
+inline constexpr double max_progress_interval_s = 3600;
+
+/// The whole of `s` as a base-10 number of type T, or nothing: no base
+/// prefixes, no leading '+', no spaces, no hex floats, no inf/nan, and no
+/// value outside T's range (never clamped). Leading zeros are decimal ("010" = 10).
+template <class T>
+std::optional<T> parse_decimal(const std::string& s) {
+  if (s.empty() || s.front() == '+') return std::nullopt;
+  T v{};
+  const char* end = s.data() + s.size();
+  std::from_chars_result r{};
+  if constexpr (std::is_floating_point_v<T>) {
+    if (s.find_first_not_of("0123456789.eE+-") != std::string::npos) return std::nullopt;  // no inf/nan/hex
+    r = std::from_chars(s.data(), end, v, std::chars_format::general);
+    if (r.ec == std::errc{} && !std::isfinite(v)) return std::nullopt;
+  } else {
+    r = std::from_chars(s.data(), end, v, 10);
+  }
+  if (r.ec != std::errc{} || r.ptr != end) return std::nullopt;
+  return v;
+}
+
+inline std::string format_seconds(double s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+/// `--trace FILE` can be written, checked before any work without touching
+/// an existing FILE (opened for appending, nothing written); a FILE this
+/// check creates is removed again. Empty: writable; otherwise why not.
+inline std::string trace_not_writable(const std::string& path) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
+  if (existed && std::filesystem::is_directory(path, ec)) return "'" + path + "' is a directory";
+  {
+    std::ofstream f(path, std::ios::app);
+    if (!f) return "cannot write '" + path + "'";
+  }
+  if (!existed) std::filesystem::remove(path, ec);
+  return {};
+}
 
 /// profiled: the AccumulatingProfiler build; the plain build rejects the profiling flags.
 inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool profiled, std::ostream& out,
@@ -37,60 +89,72 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
       "Exit codes: 0 ok, 1 the run failed, 2 usage error (unknown flag, bad value), 3 --device cuda but no "
       "usable CUDA device (or a build without CUDA).");
 
-  // Integers in [lo, hi], with a message that says which rule failed.
-  auto at_least = [](std::int64_t lo, std::int64_t hi) {
+  // Integers: decimal only (CLI11 would read "010" as 8 and "0x10" as 16),
+  // range-checked with a message that says which rule failed. The checked
+  // string is rewritten (transform, not check: a check cannot modify it) to
+  // its canonical decimal form, so CLI11's own
+  // conversion into the variable sees exactly the value that was checked.
+  auto in_range = [](std::int64_t lo, std::int64_t hi) {
     return CLI::Validator(
         [lo, hi](std::string& s) -> std::string {
-          std::int64_t v = 0;
-          if (s.empty() || !CLI::detail::lexical_cast(s, v)) return "'" + s + "' is not an integer";
-          if (v < lo || v > hi)
+          const auto v = parse_decimal<std::int64_t>(s);
+          if (!v) return "'" + s + "' is not a decimal integer";
+          if (*v < lo || *v > hi)
             return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + s;
+          s = std::to_string(*v);
           return {};
         },
         "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   };
-  app.add_option("--steps", o.steps, "batches to train on")->check(at_least(1, std::int64_t{1} << 40))->capture_default_str();
-  app.add_option("--target-workers", o.target_workers, "target-forward threads")->check(at_least(1, 256))->capture_default_str();
+  app.add_option("--steps", o.steps, "batches to train on")->transform(in_range(1, std::int64_t{1} << 40))->capture_default_str();
+  app.add_option("--target-workers", o.target_workers, "target-forward threads")->transform(in_range(1, 256))->capture_default_str();
   app.add_option("--batch-queue-depth", o.batch_queue_depth, "capacity of the source -> target queue")
-      ->check(at_least(1, 1 << 20))->capture_default_str();
+      ->transform(in_range(1, 1 << 20))->capture_default_str();
   app.add_option("--post-queue-depth", o.post_queue_depth,
                  "slots of the hs_device link (target workers -> postprocess, device-resident)")
-      ->check(at_least(1, 1 << 20))->capture_default_str();
+      ->transform(in_range(1, 1 << 20))->capture_default_str();
   app.add_option("--hs-queue-depth", o.hs_queue_depth, "capacity of the HS queue (postprocess -> drafter)")
-      ->check(at_least(1, 1 << 20))->capture_default_str();
+      ->transform(in_range(1, 1 << 20))->capture_default_str();
   app.add_option("--hidden", o.hidden, "target hidden width (the drafter reads 3 tapped layers: 3 x hidden features)")
-      ->check(at_least(1, 4096))->capture_default_str();
+      ->transform(in_range(1, 4096))->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "packed tokens per batch (whole documents of 48..192 tokens)")
-      ->check(at_least(48, 1 << 16))->capture_default_str();
+      ->transform(in_range(48, 1 << 16))->capture_default_str();
   app.add_option("--block-size", o.block_size, "DFlash block size (anchor + block_size-1 masked slots)")
-      ->check(at_least(2, 32))->capture_default_str();
-  app.add_option("--anchors", o.anchors, "anchors (blocks) per sequence")->check(at_least(1, 512))->capture_default_str();
+      ->transform(in_range(2, 32))->capture_default_str();
+  app.add_option("--anchors", o.anchors, "anchors (blocks) per sequence")->transform(in_range(1, 512))->capture_default_str();
   app.add_option("--window", o.window, "drafter context window in tokens (0 = full attention)")
-      ->check(at_least(0, 1 << 20))->capture_default_str();
+      ->transform(in_range(0, 1 << 20))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of data, anchors and the drafter's init")
-      ->check(CLI::Validator(
+      ->transform(CLI::Validator(
           [](std::string& s) -> std::string {
-            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-              return "'" + s + "' is not a non-negative integer";
+            const auto v = parse_decimal<std::uint64_t>(s);
+            if (!v) return "'" + s + "' is not a decimal integer in [0, " +
+                           std::to_string(std::numeric_limits<std::uint64_t>::max()) + "]";
+            s = std::to_string(*v);
             return {};
           },
           "UINT64"))
       ->capture_default_str();
 
+  // Seconds: a finite decimal number, 0 (off) or in [lo, hi].
+  auto seconds = [](double lo, double hi) {
+    return CLI::Validator(
+        [lo, hi](std::string& s) -> std::string {
+          const auto v = parse_decimal<double>(s);
+          if (!v) return "'" + s + "' is not a number of seconds";
+          if (*v != 0 && !(*v >= lo && *v <= hi))
+            return "must be 0 (off) or in [" + format_seconds(lo) + ", " + format_seconds(hi) + "] seconds, got " + s;
+          return {};
+        },
+        "SECONDS: 0 or [" + format_seconds(lo) + ", " + format_seconds(hi) + "]");
+  };
+
   std::string format = "table", device = "cpu";
   if (!profiled) o.profile_interval = 0;  // the plain build reports nothing; its default says so
   app.add_option("--profile-interval", o.profile_interval,
-                                  "seconds between per-stage profile tables (0 = off; profiled build)")
-                       ->check(CLI::Validator(
-                           [](std::string& s) -> std::string {
-                             double v = 0;
-                             if (!CLI::detail::lexical_cast(s, v) || !std::isfinite(v))
-                               return "'" + s + "' is not a number of seconds";
-                             if (v < 0) return "must be >= 0 seconds (0 = off), got " + s;
-                             return {};
-                           },
-                           "SECONDS>=0"))
-                       ->capture_default_str();
+                 "seconds between per-stage profile tables (0 = off; profiled build)")
+      ->check(seconds(min_interval_s, max_profile_interval_s))
+      ->capture_default_str();
   auto* fmt = app.add_option("--profile-format", format, "profile output: table or json (profiled build)")
                   ->check(CLI::IsMember({"table", "json"}))
                   ->capture_default_str();
@@ -108,7 +172,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--progress-interval", o.progress_interval, "seconds between progress lines (0 = only the last)")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(seconds(min_interval_s, max_progress_interval_s))
       ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress lines");
   std::string ranks;
@@ -167,6 +231,8 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
     o.target_ranks = t;
     o.drafter_ranks = d;
   }
+  if (!o.trace.empty())  // before any work, and an existing file stays as it is until the run writes it
+    if (const std::string why = trace_not_writable(o.trace); !why.empty()) return usage("--trace: " + why);
   o.profile_format = format == "json" ? output_format::json : output_format::table;
   o.device = device == "cuda" ? device_kind::cuda : device_kind::cpu;
   return std::nullopt;

@@ -27,6 +27,7 @@
 #endif
 
 #include "cli.hpp"
+#include "signals.hpp"
 #include "stages.hpp"
 
 namespace dflash_example {
@@ -86,6 +87,7 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   const auto t0 = std::chrono::steady_clock::now();
   reporter.start();
   p.run();
+  const stop_on_signal on_signal([&p] { p.stop(); });  // [signals] SIGINT/SIGTERM stop the run (signals.hpp)
   try {
     p.join();
     if (device) device->rethrow_pending();  // a failure in the last step's host function
@@ -180,6 +182,7 @@ int train_main(int argc, char** argv) {
     return exit_usage;
 #endif
   }
+  const signal_watch signals(self);  // [signals] before any thread starts; exit code below
 
   std::unique_ptr<device_postprocessor> device;
   if (o.device == device_kind::cuda) {
@@ -188,10 +191,6 @@ int train_main(int argc, char** argv) {
       return exit_device_unavailable;
     }
     device = std::make_unique<device_postprocessor>();
-  }
-  if (!o.trace.empty() && !std::ofstream(o.trace)) {  // fail before training, not after
-    std::cerr << self << ": error: --trace: cannot write '" << o.trace << "'\n";
-    return exit_usage;
   }
 
 #if __has_include(<unistd.h>)
@@ -227,7 +226,7 @@ int train_main(int argc, char** argv) {
     console.block(std::string(self) + ": error: " + e.what());
     return exit_failure;
   }
-  return 0;
+  return signals.exit_code(0);  // [signals] 128 + signal when one stopped the run
 }
 
 }  // namespace dflash_example

@@ -1,5 +1,6 @@
-# Runs EXE with ARGS ("a|b|c") and checks the exit code is exactly CODE and
-# stderr matches REGEX (ctest's WILL_FAIL cannot tell exit 2 from a crash).
+# Runs EXE with ARGS ("a|b|c") and checks the exit code is exactly CODE,
+# stderr matches REGEX and, when given, stdout matches OUT_REGEX (ctest's
+# WILL_FAIL cannot tell exit 2 from a crash).
 string(REPLACE "|" ";" args "${ARGS}")
 execute_process(COMMAND "${EXE}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
 message("stdout: ${out}\nstderr: ${err}")
@@ -8,4 +9,7 @@ if(NOT "${rc}" STREQUAL "${CODE}")
 endif()
 if(NOT err MATCHES "${REGEX}")
   message(FATAL_ERROR "stderr does not match '${REGEX}'")
+endif()
+if(DEFINED OUT_REGEX AND NOT out MATCHES "${OUT_REGEX}")
+  message(FATAL_ERROR "stdout does not match '${OUT_REGEX}'")
 endif()

@@ -1,23 +1,80 @@
-# ctest driver: install dflash from BUILD_DIR into a scratch prefix, then
-# configure, build and run a consumer that finds it with find_package.
+# ctest driver for dflash as a dependency of another project.
+#   -DMODE=find_package   install dflash from BUILD_DIR into a scratch prefix; a
+#                         consumer finds it with find_package, builds (with a .cu
+#                         TU when CUDA_COMPILER is given) and runs; the installed
+#                         package must find CCCL where the build did (CCCL_DIR).
+#   -DMODE=add_subdirectory  the consumer adds dflash's SOURCE_DIR (with CUDA_COMPILER: a .cu TU).
+#   -DMODE=standalone_cccl   dflash configured against a CCCL 3 outside the toolkit
+#                         (a copy of CCCL_DIR's layout, as a CCCL release has it) with
+#                         -DCCCL_DIR, installed; the consumer must get that CCCL, not
+#                         the toolkit's.
+# Common: -DWORK=scratch -DSOURCE=consumer dir -DCXX=compiler [-DCUDA_COMPILER=nvcc]
+#         [-DCUDA_ARCHS=90] -DCCCL_DIR=<the build's CCCL_DIR> -DSOURCE_DIR=dflash source
 file(REMOVE_RECURSE ${WORK})
-execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK}/prefix
-                RESULT_VARIABLE rc OUTPUT_QUIET)
-if(rc)
-  message(FATAL_ERROR "cmake --install failed: ${rc}")
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(rc)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}")
+  endif()
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
+
+set(consumer_args -DCMAKE_CXX_COMPILER=${CXX})
+if(CUDA_COMPILER)
+  list(APPEND consumer_args -DCONSUMER_CUDA=ON -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER})
+  if(CUDA_ARCHS)
+    list(APPEND consumer_args -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS})
+  endif()
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -G Ninja
-                        -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_CXX_COMPILER=${CXX}
-                RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "configuring the consumer failed: ${rc}")
+set(expect_cccl "${CCCL_DIR}")
+
+if(MODE STREQUAL "standalone_cccl")
+  # A CCCL 3 release's layout: <root>/include/{cub,cuda,nv,thrust}, <root>/lib/cmake/<pkg>/.
+  set(root ${WORK}/cccl-standalone)
+  get_filename_component(cmake_root "${CCCL_DIR}/.." ABSOLUTE)
+  foreach(pkg cccl cub thrust libcudacxx)
+    file(COPY ${cmake_root}/${pkg} DESTINATION ${root}/lib/cmake)
+  endforeach()
+  find_path(inc cuda/std/atomic PATHS ${cmake_root}/../../include ${cmake_root}/../../include/cccl NO_DEFAULT_PATH REQUIRED)
+  file(MAKE_DIRECTORY ${root}/include)
+  foreach(d cub cuda nv thrust)
+    file(CREATE_LINK ${inc}/${d} ${root}/include/${d} SYMBOLIC)
+  endforeach()
+  set(expect_cccl ${root}/lib/cmake/cccl)
+  run("configuring dflash with -DCCCL_DIR=${expect_cccl}"
+      ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK}/dflash-build -G Ninja -DCMAKE_CXX_COMPILER=${CXX}
+      -DCCCL_DIR=${expect_cccl} -DDFLASH_ENABLE_CUDA=OFF -DDFLASH_BUILD_TESTS=OFF -DDFLASH_BUILD_EXAMPLES=OFF
+      -DDFLASH_BUILD_BENCHMARKS=OFF -DDFLASH_BUILD_ZERO_COST=OFF)
+  set(BUILD_DIR ${WORK}/dflash-build)
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/build RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "building the consumer failed: ${rc}")
+
+if(MODE STREQUAL "add_subdirectory")
+  list(APPEND consumer_args -DDFLASH_SOURCE_DIR=${SOURCE_DIR})
+else()
+  run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK}/prefix)
+  if(NOT EXISTS ${WORK}/prefix/include/dflash/version.hpp)
+    message(FATAL_ERROR "the install has no dflash/version.hpp")
+  endif()
+  # Only the prefix: the package itself must know where CCCL is.
+  list(APPEND consumer_args -DCMAKE_PREFIX_PATH=${WORK}/prefix)
 endif()
-execute_process(COMMAND ${WORK}/build/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+
+run("configuring the consumer" ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -G Ninja ${consumer_args})
 message(STATUS "${out}")
-if(rc)
-  message(FATAL_ERROR "consumer returned ${rc}")
+if(expect_cccl AND NOT MODE STREQUAL "add_subdirectory")
+  get_filename_component(expect_cccl "${expect_cccl}" ABSOLUTE)
+  if(NOT out MATCHES "consumer: CCCL_DIR=([^\n]*)")
+    message(FATAL_ERROR "the consumer did not report CCCL_DIR")
+  endif()
+  get_filename_component(got "${CMAKE_MATCH_1}" ABSOLUTE)
+  if(NOT got STREQUAL expect_cccl)
+    message(FATAL_ERROR "the installed dflash found CCCL in '${got}', its build used '${expect_cccl}'")
+  endif()
+endif()
+run("building the consumer" ${CMAKE_COMMAND} --build ${WORK}/build)
+run("running the consumer" ${WORK}/build/consumer)
+message(STATUS "consumer: ${out}")
+if(CUDA_COMPILER)
+  # Built is what is checked (no device needed): run it only for its host part.
+  run("running the CUDA consumer" ${WORK}/build/consumer_cuda)
 endif()

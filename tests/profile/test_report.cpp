@@ -2,6 +2,7 @@
 #include <dflash/profile.hpp>
 #include <nlohmann/json.hpp>
 
+#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -14,16 +15,18 @@ using profiler = dflash::AccumulatingProfiler<dflash::key_set<"queue_wait", "for
 namespace {
 profiler& filled() {
   static profiler p;
-  static bool once = [] {
+  // call_once, not `static bool once = [] {...}();`: clang 14 tries that
+  // initializer as a constant expression and crashes (segfault) printing the
+  // `"forward"_key` call in its diagnostic (a clang 14 bug, see README).
+  static std::once_flag once;
+  std::call_once(once, [] {
     manual_clock::set(manual_clock::time_point{});
     p.clear();
     p.add("forward"_key, 2ms);
     p.add("forward"_key, 4ms);
     p.add("queue_wait"_key, 500us);
     manual_clock::advance(10ms);
-    return true;
-  }();
-  (void)once;
+  });
   return p;
 }
 }  // namespace

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "dflash/profile/fixed_string.hpp"
 #include "dflash/profile/key.hpp"
@@ -100,6 +101,11 @@ struct in_order {
   using stage_type = S;
   static constexpr std::size_t count = 1;
   S stage;  // for make_pipeline: dflash::in_order(s); unused when named as a type
+
+  // Constructors, not aggregate init: clang 14 lacks C++20's parenthesised
+  // aggregate initialisation, which `dflash::in_order(s)` would need.
+  constexpr in_order() = default;
+  constexpr explicit in_order(S s) : stage(std::move(s)) {}
 };
 template <class S>
 in_order(S) -> in_order<S>;

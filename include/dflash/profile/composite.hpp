@@ -217,9 +217,9 @@ class Composite {
     requires(std::is_empty_v<P> && ...)
   = default;
   /// Refers to the given members; they must outlive the Composite.
-  constexpr explicit Composite(const P&... members) noexcept
+  constexpr explicit Composite(const P&... ps) noexcept
     requires(sizeof...(P) > 0)
-      : refs_(profiler_ref<P>(members)...) {}
+      : refs_(profiler_ref<P>(ps)...) {}
 
   template <Key K>
   constexpr token_t<K> begin(K k) const noexcept {

@@ -30,10 +30,22 @@ struct key_t {
 template <fixed_string Name>
 inline constexpr key_t<Name> key{};
 
+// clang 14 (Debian 12) never emits a `consteval` literal operator template
+// named inside a template: the program fails to link (undefined reference to
+// operator""_key<...>). There the operator is a constexpr function that is
+// always inlined, so `"row"_key` still costs nothing at any optimisation level
+// (scripts/zero_cost_check.sh runs with g++ and clang). Elsewhere it stays
+// consteval: a key is a compile-time value by construction.
+#if defined(__clang__) && !defined(__CUDACC__)
+#define DFLASH_KEY_LITERAL [[gnu::always_inline]] constexpr
+#else
+#define DFLASH_KEY_LITERAL consteval
+#endif
+
 namespace literals {
 /// `"forward"_key` — the literal form of a key.
 template <fixed_string Name>
-consteval key_t<Name> operator""_key() noexcept {
+DFLASH_KEY_LITERAL key_t<Name> operator""_key() noexcept {
   return {};
 }
 }  // namespace literals

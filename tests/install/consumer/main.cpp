@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "version_check.hpp"
+
 using namespace dflash::literals;
 
 int main() {

@@ -1,0 +1,38 @@
+# Every public host header, alone in its own TU, compiled with the warnings a
+# strict consumer turns on, as errors. add_subdirectory users get dflash's
+# headers with -I (not -isystem), so a warning here breaks their -Werror build.
+# Target dflash_header_warnings (part of `all`); dependencies' headers come in
+# with -isystem from their imported targets, so only dflash's own are judged.
+set(DFLASH_HEADER_WARNING_FLAGS -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Werror)
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  list(APPEND DFLASH_HEADER_WARNING_FLAGS -Wsign-conversion)
+endif()
+
+function(dflash_add_header_warnings_check)
+  file(GLOB_RECURSE _headers RELATIVE ${PROJECT_SOURCE_DIR}/include CONFIGURE_DEPENDS
+       ${PROJECT_SOURCE_DIR}/include/dflash/*.hpp)
+  find_package(CUDAToolkit QUIET)  # cuda_event_profiler.hpp / nvtx_profiler.hpp need its headers
+  set(_sources)
+  foreach(_h IN LISTS _headers)
+    if(_h MATCHES "(cuda_event|nvtx)_profiler\\.hpp$" AND NOT CUDAToolkit_FOUND)
+      continue()
+    endif()
+    if(_h MATCHES "^dflash/mpi(/|\\.hpp$)" AND NOT DFLASH_ENABLE_MPI)
+      continue()  # needs <mpi.h>: checked where MPI is found
+    endif()
+    string(MAKE_C_IDENTIFIER "${_h}" _id)
+    set(_tu ${CMAKE_CURRENT_BINARY_DIR}/header_warnings/${_id}.cpp)
+    file(CONFIGURE OUTPUT ${_tu} CONTENT "#include <${_h}>  // alone: the header must be self-contained\n")
+    list(APPEND _sources ${_tu})
+  endforeach()
+  add_library(dflash_header_warnings OBJECT ${_sources})
+  target_link_libraries(dflash_header_warnings PRIVATE dflash::dflash)
+  if(DFLASH_ENABLE_MPI)
+    target_link_libraries(dflash_header_warnings PRIVATE dflash::mpi)  # MPI's headers come in as -isystem
+  endif()
+  if(CUDAToolkit_FOUND)
+    # -isystem: the toolkit's headers are not dflash's to judge.
+    target_include_directories(dflash_header_warnings SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  endif()
+  target_compile_options(dflash_header_warnings PRIVATE ${DFLASH_HEADER_WARNING_FLAGS})
+endfunction()
