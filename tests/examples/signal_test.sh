@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # A real signal to the running example (tests/examples/CMakeLists.txt):
 #   signal_test.sh EXE SIGNAL EXPECTED_EXIT [TRACE]
+#   signal_test.sh EXE TWICE 143
+# TWICE: the process is stopped (SIGSTOP), gets SIGINT and SIGTERM, and is
+# continued, so the second signal arrives while the first is being handled:
+# it must exit at once (128 + SIGTERM) without the final report.
 # Starts EXE on a long run, waits for its first progress line, sends SIGNAL
 # (INT or TERM) and checks: the exit code is EXPECTED_EXIT (128 + signal), the
 # result lines are printed and, for the profiled build (TRACE given), the
@@ -30,13 +34,23 @@ grep -q '^step ' "$tmp/out" || fail "no progress line before the signal"
 if [[ -n $trace && $(cat "$trace") != "$old" ]]; then
   fail "--trace changed the existing $trace before the run wrote it"
 fi
-kill -"$sig" "$pid"
+if [[ $sig == TWICE ]]; then
+  kill -STOP "$pid" && kill -INT "$pid" && kill -TERM "$pid" && kill -CONT "$pid"
+else
+  kill -"$sig" "$pid"
+fi
 for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$pid" 2>/dev/null && fail "still running 60 s after SIG$sig"
 wait "$pid"
 rc=$?
 pid=
 [[ $rc == "$want" ]] || fail "exit code $rc after SIG$sig, expected $want"
+if [[ $sig == TWICE ]]; then
+  grep -q "SIGTERM again: exiting now" "$tmp/err" || fail "no 'again: exiting now' message after the second signal"
+  grep -q '^throughput:' "$tmp/out" && fail "the second signal did not exit at once (the result was printed)"
+  echo "second signal: exit $rc at once"
+  exit 0
+fi
 grep -q "SIG$sig: stopping the pipeline" "$tmp/err" || fail "no 'stopping' message on stderr"
 grep -Eq '^throughput: [0-9]+ tokens/s' "$tmp/out" || fail "no result line after SIG$sig"
 if [[ -n $trace ]]; then
