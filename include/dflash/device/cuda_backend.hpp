@@ -53,17 +53,17 @@ class cuda_backend {
   [[nodiscard]] event_type create_event(bool timing) {
     cudaEvent_t e{};
     check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    if (timing) stats_.timing_events.fetch_add(1, std::memory_order_relaxed);
+    if (timing) stats_.bump(stats_.timing_events);
     return e;
   }
   void destroy_event(event_type e) noexcept { (void)cudaEventDestroy(e); }
 
   void record(event_type e, stream_type s) {
-    stats_.records.fetch_add(1, std::memory_order_relaxed);
+    stats_.bump(stats_.records);
     check(cudaEventRecord(e, s), "cudaEventRecord");
   }
   void wait(stream_type s, event_type e) {
-    stats_.waits.fetch_add(1, std::memory_order_relaxed);
+    stats_.bump(stats_.waits);
     check(cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent");
   }
   [[nodiscard]] bool query(event_type e) const {
@@ -78,11 +78,11 @@ class cuda_backend {
     return std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6));
   }
   void host_wait(event_type e) {
-    stats_.host_waits.fetch_add(1, std::memory_order_relaxed);
+    stats_.bump(stats_.host_waits);
     check(cudaEventSynchronize(e), "cudaEventSynchronize");
   }
   void synchronize(stream_type s) {
-    stats_.synchronizes.fetch_add(1, std::memory_order_relaxed);
+    stats_.bump(stats_.synchronizes);
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }
 
@@ -114,20 +114,13 @@ class cuda_backend {
     check(cudaPeekAtLastError(), "kernel launch");
   }
 
-  [[nodiscard]] backend_stats stats() const noexcept {
-    return {stats_.host_waits.load(std::memory_order_relaxed), stats_.synchronizes.load(std::memory_order_relaxed),
-            stats_.records.load(std::memory_order_relaxed), stats_.waits.load(std::memory_order_relaxed),
-            stats_.timing_events.load(std::memory_order_relaxed)};
-  }
+  [[nodiscard]] backend_stats stats() const noexcept { return stats_.snapshot(); }
 
  private:
   static void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess) throw std::runtime_error(std::string("dflash::cuda_backend: ") + what + ": " + cudaGetErrorString(e));
   }
-  struct counters {
-    std::atomic<std::uint64_t> host_waits{0}, synchronizes{0}, records{0}, waits{0}, timing_events{0};
-  };
-  counters stats_;
+  detail::backend_counters stats_;
 };
 
 static_assert(DeviceBackend<cuda_backend>);

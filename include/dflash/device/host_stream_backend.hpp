@@ -63,18 +63,18 @@ class host_stream_backend {
 
   // ---- events --------------------------------------------------------------
   [[nodiscard]] event_type create_event(bool timing) {
-    if (timing) stats_.timing_events.fetch_add(1, std::memory_order_relaxed);
+    if (timing) stats_.bump(stats_.timing_events);
     return new event_state();
   }
   void destroy_event(event_type e) noexcept { delete e; }
 
   void record(event_type e, stream_type s) {
-    stats_.records.fetch_add(1, std::memory_order_relaxed);
+    stats_.bump(stats_.records);
     s->push([m = e->begin_record(), s] { m->complete(s->error()); }, true);
   }
 
   void wait(stream_type s, event_type e) {
-    stats_.waits.fetch_add(1, std::memory_order_relaxed);
+    stats_.bump(stats_.waits);
     auto m = e->latest();
     if (!m) return;  // never recorded: nothing to wait for (as in CUDA)
     s->push([m = std::move(m), s] { s->fail(m->await()); }, true);
@@ -94,13 +94,13 @@ class host_stream_backend {
   }
 
   void host_wait(event_type e) {
-    stats_.host_waits.fetch_add(1, std::memory_order_relaxed);
+    stats_.bump(stats_.host_waits);
     if (auto m = e->latest())
       if (auto err = m->await()) std::rethrow_exception(err);
   }
 
   void synchronize(stream_type s) {
-    stats_.synchronizes.fetch_add(1, std::memory_order_relaxed);
+    stats_.bump(stats_.synchronizes);
     auto m = std::make_shared<marker>();
     s->push([m, s] { m->complete(s->error()); }, true);
     if (auto err = m->await()) std::rethrow_exception(err);
@@ -126,11 +126,7 @@ class host_stream_backend {
     if (auto err = s->error()) std::rethrow_exception(err);
   }
 
-  [[nodiscard]] backend_stats stats() const noexcept {
-    return {stats_.host_waits.load(std::memory_order_relaxed), stats_.synchronizes.load(std::memory_order_relaxed),
-            stats_.records.load(std::memory_order_relaxed), stats_.waits.load(std::memory_order_relaxed),
-            stats_.timing_events.load(std::memory_order_relaxed)};
-  }
+  [[nodiscard]] backend_stats stats() const noexcept { return stats_.snapshot(); }
 
   // ---- the executor and the marker -------------------------------------------
   class stream_state {
@@ -254,10 +250,7 @@ class host_stream_backend {
   };
 
  private:
-  struct counters {
-    std::atomic<std::uint64_t> host_waits{0}, synchronizes{0}, records{0}, waits{0}, timing_events{0};
-  };
-  counters stats_;
+  detail::backend_counters stats_;
 };
 
 static_assert(DeviceBackend<host_stream_backend>);
