@@ -656,21 +656,26 @@ class Pipeline {
     }
   }
 
+  // Pops the next value of pending link I - 1 (device work may still be
+  // writing it): `wait_for(ev)` orders the consumer after that work (the host
+  // thread waits, or a stream does), then the event goes back to its pool.
+  template <std::size_t I, class Wait>
+  std::optional<typename stage_type<I>::input_type> pop_pending(Wait&& wait_for) {
+    auto got = queue<I - 1>().pop();
+    std::optional<typename stage_type<I>::input_type> v;
+    if (!got) return v;
+    wait_for(got->ev);  // rethrows an error of the work that wrote it
+    dev_.pools[I - 1]->release(got->ev);
+    v.emplace(std::move(got->value));
+    return v;
+  }
+
   // Pops the next input of host stage I; a value device work was writing is
   // waited for here, on this (the consumer's) thread.
   template <std::size_t I>
   auto pop_host_input() {
-    auto got = queue<I - 1>().pop();
-    if constexpr (pending_link<I - 1>) {
-      std::optional<typename stage_type<I>::input_type> v;
-      if (!got) return v;
-      dev_.backend.host_wait(got->ev);  // rethrows an error of the work that wrote it
-      dev_.pools[I - 1]->release(got->ev);
-      v.emplace(std::move(got->value));
-      return v;
-    } else {
-      return got;
-    }
+    if constexpr (pending_link<I - 1>) return pop_pending<I>([this](auto ev) { dev_.backend.host_wait(ev); });
+    else return queue<I - 1>().pop();
   }
 
   template <std::size_t I>
@@ -766,8 +771,9 @@ class Pipeline {
       const auto native = dev_.streams[I][w];
       const device_stream<B> ds(b, native);
       std::optional<detail::gpu_timer<B>> timer;
-      using unsent_value = std::conditional_t<std::is_void_v<typename S::output_type>, char, typename S::output_type>;
-      [[maybe_unused]] std::optional<unsent_value> unsent;
+      // The stage's output held by value (char stands in for a sink's void).
+      using out_value = std::conditional_t<std::is_void_v<typename S::output_type>, char, typename S::output_type>;
+      [[maybe_unused]] std::optional<out_value> unsent;
       try {
         if constexpr (P::enabled) timer.emplace(b);
         for (;;) {
@@ -780,16 +786,8 @@ class Pipeline {
             auto t = prof.scope(wait_key{});
             if constexpr (I == 0) return true;
             else if constexpr (input_on_device<I>()) return queue<I - 1>().pop(ds);
-            else if constexpr (pending_link<I - 1>) {
-              auto got = queue<I - 1>().pop();
-              std::optional<typename S::input_type> v;
-              if (got) {
-                b.wait(native, got->ev);
-                dev_.pools[I - 1]->release(got->ev);
-                v.emplace(std::move(got->value));
-              }
-              return v;
-            } else {
+            else if constexpr (pending_link<I - 1>) return pop_pending<I>([&](auto ev) { b.wait(native, ev); });
+            else {
               return queue<I - 1>().pop();
             }
           }();
@@ -819,7 +817,6 @@ class Pipeline {
             else return detail::call_stage(s, w, std::move(*in), out->item(), ds);
           };
           bool more = true;
-          using out_value = std::conditional_t<std::is_void_v<typename S::output_type>, char, typename S::output_type>;
           [[maybe_unused]] std::optional<out_value> y;
           if constexpr (I == 0) more = static_cast<bool>(call());
           else if constexpr (!output_on_device<I>() && I + 1 < stage_count) y.emplace(call());
