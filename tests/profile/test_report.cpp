@@ -4,6 +4,7 @@
 
 #include <mutex>
 #include <sstream>
+#include <cstdint>
 #include <string>
 
 using namespace dflash::literals;
@@ -79,32 +80,31 @@ TEST_CASE("table: show_unrecorded lists never-recorded keys with dashes", "[repo
   CHECK(t.find("hidden") == std::string::npos);
 }
 
-TEST_CASE("table: sub-microsecond values keep a unit that shows them", "[report]") {
+namespace {
+// A 1 ms window with one key recorded `count` times, each `each_ns` long.
+dflash::profile_snapshot one_key(const char* name, std::uint64_t count, std::uint64_t each_ns) {
   dflash::profile_snapshot s;
   s.window_ns = 1'000'000;
   s.keys.resize(1);
   auto& k = s.keys[0];
-  k.name = "tiny";
-  k.count = 4;
-  k.total_ns = 4 * 250;
-  k.min_ns = k.max_ns = 250;
-  k.buckets[dflash::histogram::bucket_of(250)] = 4;
-  const std::string t = dflash::format_table(s);
+  k.name = name;
+  k.count = count;
+  k.total_ns = count * each_ns;
+  k.min_ns = k.max_ns = each_ns;
+  k.buckets[dflash::histogram::bucket_of(each_ns)] = count;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("table: sub-microsecond values keep a unit that shows them", "[report]") {
+  const std::string t = dflash::format_table(one_key("tiny", 4, 250));
   CHECK(t.find("250 ns") != std::string::npos);
   CHECK(t.find("0.000") == std::string::npos);
 }
 
 TEST_CASE("table: a share over 100 % of wall time is explained", "[report]") {
-  dflash::profile_snapshot s;
-  s.window_ns = 1'000'000;
-  s.keys.resize(1);
-  auto& k = s.keys[0];
-  k.name = "workers";
-  k.count = 2;
-  k.total_ns = 1'800'000;  // two threads, 0.9 ms each, in a 1 ms window
-  k.min_ns = k.max_ns = 900'000;
-  k.buckets[dflash::histogram::bucket_of(900'000)] = 2;
-  const std::string t = dflash::format_table(s);
+  // two threads, 0.9 ms each, in a 1 ms window
+  const std::string t = dflash::format_table(one_key("workers", 2, 900'000));
   CHECK(t.find(" 180.0\n") != std::string::npos);
   CHECK(t.find("% wall = total / window, summed over threads") != std::string::npos);
 }
