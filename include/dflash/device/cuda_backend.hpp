@@ -40,6 +40,10 @@ class cuda_backend {
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
     if (n == 0) return "no CUDA device found";
+    int dev = 0, pools = 0;  // allocate() is cudaMallocAsync
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess || !pools)
+      return "the CUDA device does not support stream-ordered allocation (cudaMallocAsync)";
     return {};
   }
 
@@ -68,7 +72,10 @@ class cuda_backend {
   }
   [[nodiscard]] bool query(event_type e) const {
     const cudaError_t r = cudaEventQuery(e);
-    if (r == cudaErrorNotReady) return false;
+    if (r == cudaErrorNotReady) {
+      forget_not_ready();
+      return false;
+    }
     check(r, "cudaEventQuery");
     return true;
   }
@@ -109,14 +116,21 @@ class cuda_backend {
     if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
   }
   void check(stream_type s) const {
+    check(cudaPeekAtLastError(), "kernel launch");  // before the query, which may set "not ready"
     const cudaError_t r = cudaStreamQuery(s);
-    if (r != cudaErrorNotReady) check(r, "asynchronous work on a stream");
-    check(cudaPeekAtLastError(), "kernel launch");
+    if (r == cudaErrorNotReady) forget_not_ready();
+    else check(r, "asynchronous work on a stream");
   }
 
   [[nodiscard]] backend_stats stats() const noexcept { return stats_.snapshot(); }
 
  private:
+  // A busy stream or event is not an error, but the runtime may keep
+  // cudaErrorNotReady as the thread's last error, where a later launch check
+  // (cudaGetLastError) would report it. Clear exactly that value, nothing else.
+  static void forget_not_ready() noexcept {
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+  }
   static void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess) throw std::runtime_error(std::string("dflash::cuda_backend: ") + what + ": " + cudaGetErrorString(e));
   }
