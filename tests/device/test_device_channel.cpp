@@ -209,6 +209,12 @@ TEST_CASE("device_channel: close drains published items; cancel wakes blocked pr
     CHECK(consumer_got == false);
     ch.abandon(std::move(*held));
   }
+  {
+    dflash::device_channel<slot> ch(b, 3);  // free slots left, but cancelled: no more slots handed out
+    ch.cancel();
+    CHECK_FALSE(ch.acquire(s));
+    CHECK_FALSE(ch.pop(s));
+  }
   b.synchronize(st);
   b.destroy_stream(st);
 }

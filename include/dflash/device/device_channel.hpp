@@ -133,7 +133,10 @@ class device_channel {
   /// reader finished. Empty optional: the channel was cancelled.
   [[nodiscard]] std::optional<slot_ref> acquire(const stream_type& s) {
     const std::optional<std::size_t> i = timed_pop(free_, push_wait_key<Name>{});
-    if (!i) return std::nullopt;
+    if (!i || cancelled_.load(std::memory_order_acquire)) {  // a closed free list still drains: not after cancel
+      if (i) (void)free_.try_push(*i);
+      return std::nullopt;
+    }
     b_.wait(s.native(), slots_[*i].consumed);
     return slot_ref(&slots_[*i], *i);
   }
