@@ -772,8 +772,11 @@ class Pipeline {
       const device_stream<B> ds(b, native);
       std::optional<detail::gpu_timer<B>> timer;
       // The stage's output held by value (char stands in for a sink's void).
+      // Outside the loop and the try: work enqueued by the call may still write
+      // it, so on an exception or a closed queue it is freed only after the
+      // synchronize below.
       using out_value = std::conditional_t<std::is_void_v<typename S::output_type>, char, typename S::output_type>;
-      [[maybe_unused]] std::optional<out_value> unsent;
+      [[maybe_unused]] std::optional<out_value> y;
       try {
         if constexpr (P::enabled) timer.emplace(b);
         for (;;) {
@@ -817,7 +820,6 @@ class Pipeline {
             else return detail::call_stage(s, w, std::move(*in), out->item(), ds);
           };
           bool more = true;
-          [[maybe_unused]] std::optional<out_value> y;
           if constexpr (I == 0) more = static_cast<bool>(call());
           else if constexpr (!output_on_device<I>() && I + 1 < stage_count) y.emplace(call());
           else call();
@@ -840,7 +842,7 @@ class Pipeline {
               ok = queue<I>().push(std::move(pend));  // false: closed, pend left intact
             }
             if (!ok) {
-              unsent.emplace(std::move(pend.value));  // work may still write it: freed after the sync below
+              y.emplace(std::move(pend.value));  // work may still write it: freed after the sync below
               break;
             }
           }
