@@ -6,13 +6,13 @@
 //   3. doc ids, cu_seqlens, packing (from the slot's device buffer), anchors,
 //      block mask: kernels and CUB scans into the arena
 //   4. one D2H copy: every result (and cu_seqlens) -> pinned result staging
-//   5. host function: pinned -> the caller's spans, token-count check, then()
+//   5. host function: pinned -> the caller's spans, token-count check, then(error)
 // Why host functions around pinned staging: cudaMemcpyAsync from pageable
 // memory waits for the stream, and the host thread may not overwrite pinned
 // staging an earlier step's copy may still read; a host function runs exactly
-// when the stream reaches it. Errors found in a host function (a token-count
-// mismatch, an exception from then()) cannot be thrown there: they are stored
-// and rethrown by the next enqueue() call, on any stream.
+// when the stream reaches it. Errors cannot be thrown there: a token-count
+// mismatch goes to then(error), so it travels with the item; an exception
+// from then() itself is stored and rethrown by the next enqueue() call.
 // The only CUDA TU of the example (built when DFLASH_ENABLE_CUDA is ON).
 #include "device_postprocess.hpp"
 
@@ -166,7 +166,7 @@ struct deliver {
   layout l;
   dims n;
   device_output out;
-  std::function<void()> then;
+  std::function<void(std::exception_ptr)> then;
   std::int32_t expected_tokens;
   error_sink* errors;
 
@@ -187,10 +187,12 @@ struct deliver {
       copy(out.mask.full_kv_indices, l.full_idx, n.nidx);
       std::int32_t packed = 0;
       std::memcpy(&packed, staged + l.cu + n.docs * sizeof(std::int32_t), sizeof packed);
-      if (packed != expected_tokens)  // the item is wrong: no then(), the next enqueue() throws
-        throw std::runtime_error("device_postprocess: packing produced " + std::to_string(packed) +
-                                 " tokens, expected " + std::to_string(expected_tokens));
-      if (then) then();
+      std::exception_ptr wrong;  // the item is wrong: its consumer is told, with the item
+      if (packed != expected_tokens)
+        wrong = std::make_exception_ptr(std::runtime_error("device_postprocess: packing produced " +
+                                                           std::to_string(packed) + " tokens, expected " +
+                                                           std::to_string(expected_tokens)));
+      if (then) then(wrong);
     } catch (...) {
       errors->fail(std::current_exception());
     }
@@ -319,7 +321,8 @@ device_postprocessor::~device_postprocessor() = default;
 
 void device_postprocessor::rethrow_pending() { impl_->errors.rethrow(); }
 
-void device_postprocessor::enqueue(const device_job& job, const device_output& out, std::function<void()> then,
+void device_postprocessor::enqueue(const device_job& job, const device_output& out,
+                                   std::function<void(std::exception_ptr)> then,
                                    void* stream) {
   impl& d = *impl_;
   d.errors.rethrow();  // an earlier step's host function failed

@@ -9,6 +9,7 @@
 // Builds without CUDA link device_postprocess_none.cpp, whose probe() says so.
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <span>
@@ -54,12 +55,15 @@ class device_postprocessor {
   device_postprocessor& operator=(const device_postprocessor&) = delete;
 
   /// Enqueues the step on `stream` (a cudaStream_t) and returns at once.
-  /// `then` runs on a CUDA host-function thread after `out` is filled; it must
-  /// not call CUDA. Calls for one stream must come from one thread at a time
-  /// (the postprocess stage's worker owns its stream). A token count other
-  /// than job.tokens after packing (checked in the host function) or a throw
-  /// from `then` is rethrown by the next enqueue() or by rethrow_pending().
-  void enqueue(const device_job& job, const device_output& out, std::function<void()> then, void* stream);
+  /// `then(error)` runs on a CUDA host-function thread once `out` is filled
+  /// (error null), or with what went wrong for this item (e.g. a token count
+  /// other than job.tokens after packing), so the item itself carries the
+  /// failure to whoever waits for it. It must not call CUDA. Calls for one
+  /// stream come from one thread at a time (the postprocess stage's worker
+  /// owns its stream). A throw from `then` is rethrown by the next enqueue()
+  /// or by rethrow_pending().
+  void enqueue(const device_job& job, const device_output& out, std::function<void(std::exception_ptr)> then,
+               void* stream);
 
   /// Rethrows a failure of a host function no later enqueue() reported
   /// (call once the pipeline has joined: its streams are idle then).

@@ -17,7 +17,8 @@ device_postprocessor::~device_postprocessor() = default;
 
 void device_postprocessor::rethrow_pending() {}
 
-void device_postprocessor::enqueue(const device_job&, const device_output&, std::function<void()>, void*) {
+void device_postprocessor::enqueue(const device_job&, const device_output&, std::function<void(std::exception_ptr)>,
+                                   void*) {
   throw std::runtime_error(probe());
 }
 

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -65,6 +66,7 @@ struct HsItem {
   std::vector<std::uint8_t> keep;       ///< [N]
   dflash::ops::block_sparse_mask mask;  ///< flex-attention style form
   AttentionMask attention;              ///< the drafter's CSR form of the same mask
+  std::exception_ptr error;             ///< set when the device postprocess failed for this item
 
   [[nodiscard]] std::int32_t num_tokens() const noexcept { return static_cast<std::int32_t>(tokens.size()); }
 
@@ -318,7 +320,17 @@ struct postprocess {
     const device_output dout{out.hidden, out.doc_ids, out.pos, out.anchors, out.keep, m.view()};
     // Everything is enqueued on the stream; `finish` runs in stream order once
     // the results are in host memory (a host function: no CUDA calls in it).
-    device->enqueue(job, dout, [this, item = &out, mp] { finish(*item, mp); }, static_cast<void*>(s.native()));
+    device->enqueue(
+        job, dout,
+        [this, item = &out, mp](std::exception_ptr wrong) noexcept {
+          try {  // runs on a host-function thread: the error travels with the item to the drafter
+            if (wrong) std::rethrow_exception(wrong);
+            finish(*item, mp);
+          } catch (...) {
+            item->error = std::current_exception();
+          }
+        },
+        static_cast<void*>(s.native()));
   }
 };
 
@@ -388,6 +400,7 @@ struct drafter_train {
 
   void operator()(std::unique_ptr<HsItem>&& item) {
     const HsItem& it = *item;
+    if (it.error) std::rethrow_exception(it.error);  // never train on an item the postprocess got wrong
     ++seen;
     log->digests.emplace_back(it.step, it.digest());
     if (it.dropped) {

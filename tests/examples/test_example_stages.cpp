@@ -170,3 +170,16 @@ TEST_CASE("CLI: values are parsed and bad input is a usage error", "[example][cl
   CHECK(parse({"--profile-interval", "0"}, x, false, &err) == -1);  // 0 = off is what the plain build does anyway
   CHECK(parse({"--help"}, x, false, &err) == 0);
 }
+
+TEST_CASE("the drafter refuses an item the device postprocess marked as failed", "[example]") {
+  const Setup setup(small());
+  Drafter drafter(setup.drafter_cfg);
+  TrainLog log;
+  Console console(stdout, false, true);
+  drafter_train<dflash::NullProfiler> train({}, &drafter, &log, &console, 1, 0.0);
+  auto item = std::make_unique<HsItem>();
+  item->error = std::make_exception_ptr(std::runtime_error("device_postprocess: packing produced 3 tokens, expected 4"));
+  CHECK_THROWS_WITH(train(std::move(item)), Catch::Contains("packing produced 3 tokens"));
+  CHECK(log.losses.empty());
+  CHECK(log.dropped == 0);
+}
