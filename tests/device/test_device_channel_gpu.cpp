@@ -139,6 +139,7 @@ TEST_CASE("cuda_backend: a standalone channel between two streams for many laps"
     int* dev_ok = nullptr;
     REQUIRE(cudaMalloc(&dev_ok, n * sizeof(int)) == cudaSuccess);
     REQUIRE(cudaMemset(dev_ok, 0xff, n * sizeof(int)) == cudaSuccess);  // poison
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // set-up: the non-blocking streams do not wait for it
     std::thread consumer([&] {
       while (auto r = ch.pop(cons)) {
         gpu_test::launch_check(r->item().data.data(), r->item().value, dev_ok + r->item().value, cs);
@@ -223,6 +224,7 @@ TEST_CASE("cuda_backend: variable-size items through a device_queue in the slot;
   long long* out = nullptr;
   REQUIRE(cudaMalloc(&status, n * sizeof(int)) == cudaSuccess);
   REQUIRE(cudaMemset(status, 0xff, n * sizeof(int)) == cudaSuccess);  // poison
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // set-up: the non-blocking streams do not wait for it
   REQUIRE(cudaMallocHost(&out, 2 * n * sizeof(long long)) == cudaSuccess);
   for (int i = 0; i < 2 * n; ++i) out[i] = -1;  // poison
   {
