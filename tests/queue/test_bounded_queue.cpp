@@ -325,3 +325,56 @@ TEST_CASE("stress: 4 producers x 4 consumers x 250000 items, profiled", "[bounde
   CHECK(prof.count(dflash::push_wait_key<"stress">{}) == 1'000'000);
   CHECK(prof.count(dflash::pop_wait_key<"stress">{}) == 1'000'000 + 4);  // + each consumer's final pop
 }
+
+// Parking is where a wake-up can be lost: the waiter must advertise itself and
+// re-check, and the other side must see the advertisement or be seen. Pauses
+// longer than the spin phase force parks on both sides, over capacity 1 and 3
+// (where a pop frees the exact slot a parked push waits for) with several
+// threads per side. A lost wake-up is a hang; the watchdog turns it into a
+// failure instead of a CI timeout.
+TEST_CASE("parking: no wake-up is lost when pushers and poppers park in turn", "[bounded_queue][parking]") {
+  for (const std::size_t cap : {std::size_t{1}, std::size_t{3}}) {
+    CAPTURE(cap);
+    bounded_queue<item> q(cap);
+    constexpr int producers = 3, consumers = 3, per = 1500;
+    std::atomic<int> popped{0};
+    std::atomic<bool> finished{false}, watchdog_fired{false};
+    std::thread watchdog([&] {
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (!finished.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+      if (!finished.load()) {
+        watchdog_fired = true;
+        q.close();
+      }
+    });
+    std::vector<std::atomic<int>> hits(static_cast<std::size_t>(producers) * per);
+    std::vector<std::thread> ts;
+    for (int c = 0; c < consumers; ++c)
+      ts.emplace_back([&, c] {
+        int n = 0;
+        while (auto it = q.pop()) {
+          hits[static_cast<std::size_t>(it->producer) * per + it->seq].fetch_add(1);
+          popped.fetch_add(1);
+          if (++n % (7 + c) == 0) std::this_thread::sleep_for(200us);  // pushers park meanwhile
+        }
+      });
+    std::vector<std::thread> ps;
+    for (int p = 0; p < producers; ++p)
+      ps.emplace_back([&, p] {
+        for (int i = 0; i < per; ++i) {
+          if (!q.push(item{p, i})) return;
+          if (i % (5 + p) == 0) std::this_thread::sleep_for(200us);  // poppers park meanwhile
+        }
+      });
+    for (auto& t : ps) t.join();
+    q.close();
+    for (auto& t : ts) t.join();
+    finished = true;
+    watchdog.join();
+    CHECK_FALSE(watchdog_fired.load());  // fired = some thread slept through its wake-up
+    CHECK(popped.load() == producers * per);
+    int wrong = 0;
+    for (auto& h : hits) wrong += h.load() != 1;
+    CHECK(wrong == 0);
+  }
+}

@@ -16,13 +16,19 @@
 //
 // How: a bounded MPMC ring of `capacity` slots (Vyukov's per-slot sequence
 // scheme, positions doubled as in ring_control so capacity 1 works) — a push
-// or pop that does not wait is one CAS plus a release store, no lock. A push
-// or pop that must wait spins briefly, then parks on a condition variable;
-// the other side takes the mutex and notifies only when someone is parked.
-// "Someone is parked" is a counter the parker raises before its last check;
-// the StoreLoad ordering between that and the other side's publish comes from
-// an asymmetric barrier (membarrier on the parking side, a compiler barrier on
-// the fast path), so a wake-up is never lost and the fast path has no fence.
+// or pop that does not wait is one CAS plus a release store, no lock and no
+// fence. A push or pop that must wait spins briefly, then parks on a condition
+// variable; the other side takes the mutex and notifies only when someone is
+// parked.
+//
+// "Someone is parked" is a bit inside the very word the other side CASes to
+// claim a position (pop-parked in the push index, push-parked in the pop
+// index). A parker sets it with an atomic RMW, so it lands in that word's
+// single modification order: a claim that comes later sees the bit and wakes
+// after it publishes, and a claim that came earlier is visible to the parker,
+// which then spins for that imminent publish instead of sleeping. So a wake-up
+// is never lost, and neither side needs a StoreLoad fence (an earlier version
+// paid a membarrier syscall — IPIs to every core — on each park).
 
 #include <algorithm>
 #include <bit>
@@ -43,7 +49,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "dflash/profile/asymmetric_barrier.hpp"
 #include "dflash/profile/fixed_string.hpp"
 #include "dflash/profile/null_profiler.hpp"
 #include "dflash/profile/profiler_policy.hpp"
@@ -95,8 +100,7 @@ class bounded_queue {
   /// `prof` must outlive the queue.
   bounded_queue(std::size_t capacity, const P& prof)
       : cap_(checked(capacity)), mask_(std::has_single_bit(capacity) ? capacity - 1 : 0),
-        slots_(std::make_unique<slot[]>(capacity)), asymmetric_(detail::asymmetric_barrier_state::fast()),
-        prof_(prof) {
+        slots_(std::make_unique<slot[]>(capacity)), prof_(prof) {
     for (std::size_t i = 0; i < capacity; ++i) slots_[i].seq.store(2 * i, std::memory_order_relaxed);
   }
 
@@ -142,7 +146,7 @@ class bounded_queue {
   void close() noexcept {
     enq_.fetch_or(closed_bit, std::memory_order_acq_rel);
     {
-      std::lock_guard lk(m_);  // a parker checks closed() under m_ before it waits
+      const std::lock_guard lk(m_);  // a parker checks closed() under m_ before it waits
     }
     not_full_.notify_all();
     not_empty_.notify_all();
@@ -151,8 +155,8 @@ class bounded_queue {
   [[nodiscard]] bool closed() const noexcept { return (enq_.load(std::memory_order_acquire) & closed_bit) != 0; }
   /// Items in the queue (reserved pushes minus reserved pops; exact when quiescent).
   [[nodiscard]] std::size_t size() const noexcept {
-    const std::uint64_t d = deq_.load(std::memory_order_acquire);
-    const std::uint64_t e = enq_.load(std::memory_order_acquire) & ~closed_bit;
+    const std::uint64_t d = deq_.load(std::memory_order_acquire) & pos_mask;
+    const std::uint64_t e = enq_.load(std::memory_order_acquire) & pos_mask;
     return e > d ? static_cast<std::size_t>(std::min<std::uint64_t>(e - d, cap_)) : 0;
   }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
@@ -164,7 +168,11 @@ class bounded_queue {
 
  private:
   using time_point = std::chrono::steady_clock::time_point;
+  // enq_ = push position | closed_bit | pop_parked_bit; deq_ = pop position | push_parked_bit.
   static constexpr std::uint64_t closed_bit = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t pop_parked_bit = std::uint64_t{1} << 62;   // in enq_
+  static constexpr std::uint64_t push_parked_bit = std::uint64_t{1} << 63;  // in deq_
+  static constexpr std::uint64_t pos_mask = (std::uint64_t{1} << 62) - 1;
   static constexpr int spin_rounds = 64;
 
   // seq == 2*pos: free for the push of position pos; 2*pos+1: holds its item;
@@ -197,104 +205,117 @@ class bounded_queue {
 #endif
   }
 
-  // Fast-path side of the asymmetric barrier (see the header comment).
-  void light_barrier() const noexcept {
-    if (asymmetric_) [[likely]]
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-    else
-      detail::full_fence();
-  }
-
   // `locked`: the caller holds m_ (a parker's check), so a wake-up must not lock it again.
+  // On `full`, *in_flight tells whether the pop that frees the blocking slot has
+  // already claimed it (its release, and so our room, is imminent).
   template <class U>
-  queue_status try_enqueue(U&& v, bool locked = false) {
-    std::uint64_t pos = enq_.load(std::memory_order_relaxed);
+  queue_status try_enqueue(U&& v, bool locked = false, bool* in_flight = nullptr) {
+    std::uint64_t word = enq_.load(std::memory_order_relaxed);
     for (;;) {
-      if (pos & closed_bit) return queue_status::closed;
+      if (word & closed_bit) return queue_status::closed;
+      const std::uint64_t pos = word & pos_mask;
       slot& s = at(pos);
       const std::int64_t d = diff(s.seq.load(std::memory_order_acquire), 2 * pos);
       if (d == 0) {
-        if (enq_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
-          fill(s, pos, std::forward<U>(v), locked);
+        // The CAS reads the parked bit in the same RMW that claims pos.
+        if (enq_.compare_exchange_weak(word, word + 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
+          fill(s, pos, std::forward<U>(v), locked, (word & pop_parked_bit) != 0);
           return queue_status::ok;
         }
-      } else if (d < 0) {  // the slot still holds last lap's item: full, unless pos is stale
+      } else if (d < 0) {  // the slot still holds last lap's item: full, unless word is stale
         const std::uint64_t now = enq_.load(std::memory_order_relaxed);
-        if (now == pos) return queue_status::full;
-        pos = now;
+        if (now == word) {
+          // Read after a parker's bit-setting RMW, so a pop claiming pos - cap later sees the bit.
+          if (in_flight) *in_flight = (deq_.load(std::memory_order_relaxed) & pos_mask) + cap_ > pos;
+          return queue_status::full;
+        }
+        word = now;
       } else {
-        pos = enq_.load(std::memory_order_relaxed);
+        word = enq_.load(std::memory_order_relaxed);
       }
     }
   }
 
   template <class U>
-  void fill(slot& s, std::uint64_t pos, U&& v, bool locked) {
+  void fill(slot& s, std::uint64_t pos, U&& v, bool locked, bool wake_poppers) {
     struct publish {  // runs even if T's constructor throws, so the ring never stalls
       bounded_queue* q;
       slot& s;
       std::uint64_t pos;
-      bool locked;
+      bool locked, wake;
       ~publish() {
         s.seq.store(2 * pos + 1, std::memory_order_release);
-        q->light_barrier();
-        if (q->parked_pop_.load(std::memory_order_relaxed) != 0) q->wake(q->not_empty_, locked);
+        if (wake) [[unlikely]]
+          q->wake(q->not_empty_, q->enq_, pop_parked_bit, locked);
       }
-    } guard{this, s, pos, locked};
+    } guard{this, s, pos, locked, wake_poppers};
     s.value.emplace(std::forward<U>(v));
   }
 
   struct dequeued {
     std::optional<T> value;
-    bool drained = false;  ///< closed and nothing left (only meaningful when value is empty)
+    bool drained = false;    ///< closed and nothing left (only meaningful when value is empty)
+    bool in_flight = false;  ///< empty, but a push has claimed the position: its publish is imminent
   };
 
   dequeued try_dequeue(bool locked = false) {
-    std::uint64_t pos = deq_.load(std::memory_order_relaxed);
+    std::uint64_t word = deq_.load(std::memory_order_relaxed);
     for (;;) {
+      const std::uint64_t pos = word & pos_mask;
       slot& s = at(pos);
       const std::int64_t d = diff(s.seq.load(std::memory_order_acquire), 2 * pos + 1);
       if (d == 0) {
-        if (deq_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
+        if (deq_.compare_exchange_weak(word, word + 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
           dequeued out;
-          take(s, pos, out.value, locked);
+          take(s, pos, out.value, locked, (word & push_parked_bit) != 0);
           if (out.value) return out;
-          pos = deq_.load(std::memory_order_relaxed);  // a failed push's empty slot: skip it
+          word = deq_.load(std::memory_order_relaxed);  // a failed push's empty slot: skip it
         }
       } else if (d < 0) {  // nothing published at pos (yet)
         const std::uint64_t e = enq_.load(std::memory_order_acquire);
         const std::uint64_t now = deq_.load(std::memory_order_relaxed);
-        if (now == pos) return {std::nullopt, (e & closed_bit) != 0 && (e & ~closed_bit) == pos};
-        pos = now;
+        if (now == word) {
+          dequeued out;
+          out.drained = (e & closed_bit) != 0 && (e & pos_mask) == pos;
+          out.in_flight = (e & pos_mask) > pos;
+          return out;
+        }
+        word = now;
       } else {
-        pos = deq_.load(std::memory_order_relaxed);
+        word = deq_.load(std::memory_order_relaxed);
       }
     }
   }
 
-  void take(slot& s, std::uint64_t pos, std::optional<T>& out, bool locked) {
+  void take(slot& s, std::uint64_t pos, std::optional<T>& out, bool locked, bool wake_pushers) {
     struct release {  // hands the slot to the next lap even if T's move throws
       bounded_queue* q;
       slot& s;
       std::uint64_t pos;
-      bool locked;
+      bool locked, wake;
       ~release() {
         s.value.reset();
         s.seq.store(2 * (pos + q->cap_), std::memory_order_release);
-        q->light_barrier();
-        if (q->parked_push_.load(std::memory_order_relaxed) != 0) q->wake(q->not_full_, locked);
+        if (wake) [[unlikely]]
+          q->wake(q->not_full_, q->deq_, push_parked_bit, locked);
       }
-    } guard{this, s, pos, locked};
+    } guard{this, s, pos, locked, wake_pushers};
     if (s.value) out.emplace(std::move(*s.value));
   }
 
-  // A parker holds m_ from its last check until it waits, so taking m_ once
-  // (or already holding it) guarantees the notify cannot fall in between.
-  void wake(std::condition_variable& cv, bool locked) {
-    if (!locked) {
-      std::lock_guard lk(m_);
+  // Wakes every parker of one side and clears its bit; those that still cannot
+  // proceed set it again before they sleep. Both happen under m_, and a parker
+  // holds m_ from setting the bit until it waits, so every parker that set the
+  // bit is waiting once we hold m_. The notify comes after unlocking, so the
+  // woken thread does not wake into a held mutex.
+  void wake(std::condition_variable& cv, std::atomic<std::uint64_t>& word, std::uint64_t bit, bool locked) {
+    if (locked) {
+      word.fetch_and(~bit, std::memory_order_relaxed);
+    } else {
+      const std::lock_guard lk(m_);
+      word.fetch_and(~bit, std::memory_order_relaxed);
     }
-    cv.notify_one();
+    cv.notify_all();
   }
 
   template <class K>
@@ -302,37 +323,46 @@ class bounded_queue {
     if constexpr (P::enabled) prof_->add(k, typename P::duration{0});
   }
 
-  // Blocking paths. `attempt(locked)` returns true when done (success, closed, ...).
-  // Spins a little, then parks on `cv` counted in `parked` until `attempt`
-  // succeeds or the deadline passes. Returns false on timeout.
+  // Blocking paths. `attempt(locked, in_flight)` returns true when done
+  // (success, closed, ...); otherwise it sets in_flight when the other side has
+  // claimed the position we wait for. Spins a little, then parks on `cv`
+  // (advertised by `bit` in `word`) until `attempt` succeeds or the deadline
+  // passes. Returns false on timeout.
   template <class Attempt>
-  bool wait_for(Attempt&& attempt, std::atomic<std::uint32_t>& parked, std::condition_variable& cv,
-                const time_point* deadline) {
+  bool wait_for(Attempt&& attempt, std::atomic<std::uint64_t>& word, std::uint64_t bit, std::uint32_t& parked,
+                std::condition_variable& cv, const time_point* deadline) {
+    bool in_flight = false;
     for (int i = 0; i < spin_rounds; ++i) {
       cpu_relax();
-      if (attempt(false)) return true;
+      if (attempt(false, in_flight)) return true;
     }
     for (int i = 0; i < 4; ++i) {
       std::this_thread::yield();
-      if (attempt(false)) return true;
+      if (attempt(false, in_flight)) return true;
     }
     std::unique_lock lk(m_);
-    parked.fetch_add(1, std::memory_order_relaxed);
-    detail::heavy_barrier();  // our count is visible to any publish our next check misses
+    ++parked;
     bool done = false;
     for (;;) {
-      if (attempt(true)) {
+      word.fetch_or(bit, std::memory_order_relaxed);  // before the check below: see the header comment
+      if (attempt(true, in_flight)) {
         done = true;
         break;
+      }
+      if (in_flight) {  // the other side claimed our position before our bit: its publish is imminent
+        lk.unlock();
+        std::this_thread::yield();
+        lk.lock();
+        continue;
       }
       if (deadline == nullptr) {
         cv.wait(lk);
       } else if (cv.wait_until(lk, *deadline) == std::cv_status::timeout) {
-        done = attempt(true);
+        done = attempt(true, in_flight);
         break;
       }
     }
-    parked.fetch_sub(1, std::memory_order_relaxed);
+    if (--parked == 0) word.fetch_and(~bit, std::memory_order_relaxed);  // spare the other side a needless wake
     return done;
   }
 
@@ -350,11 +380,11 @@ class bounded_queue {
     auto tok = begin_wait(push_wait_key<Name>{});
     blocked_push_.fetch_add(1, std::memory_order_acq_rel);
     const bool done = wait_for(
-        [&](bool locked) {
-          st = try_enqueue(std::forward<U>(v), locked);
+        [&](bool locked, bool& in_flight) {
+          st = try_enqueue(std::forward<U>(v), locked, &in_flight);
           return st != queue_status::full;
         },
-        parked_push_, not_full_, deadline);
+        deq_, push_parked_bit, parked_push_, not_full_, deadline);
     blocked_push_.fetch_sub(1, std::memory_order_acq_rel);
     end_wait(push_wait_key<Name>{}, tok);
     return done ? st : queue_status::timeout;
@@ -369,11 +399,12 @@ class bounded_queue {
     auto tok = begin_wait(pop_wait_key<Name>{});
     blocked_pop_.fetch_add(1, std::memory_order_acq_rel);
     (void)wait_for(
-        [&](bool locked) {
+        [&](bool locked, bool& in_flight) {
           r = try_dequeue(locked);
+          in_flight = r.in_flight;
           return r.value.has_value() || r.drained;
         },
-        parked_pop_, not_empty_, deadline);
+        enq_, pop_parked_bit, parked_pop_, not_empty_, deadline);
     blocked_pop_.fetch_sub(1, std::memory_order_acq_rel);
     end_wait(pop_wait_key<Name>{}, tok);
     return std::move(r.value);
@@ -396,14 +427,13 @@ class bounded_queue {
   const std::size_t cap_;
   const std::size_t mask_;  // cap_ - 1 when cap_ is a power of two, else 0
   std::unique_ptr<slot[]> slots_;
-  const bool asymmetric_;
   [[no_unique_address]] profiler_ref<P> prof_;
   [[maybe_unused]] pad pad0_{};
-  std::atomic<std::uint64_t> enq_{0};  // next push position | closed_bit
+  std::atomic<std::uint64_t> enq_{0};  // next push position | closed_bit | pop_parked_bit
   [[maybe_unused]] pad pad1_{};
-  std::atomic<std::uint64_t> deq_{0};  // next pop position
+  std::atomic<std::uint64_t> deq_{0};  // next pop position | push_parked_bit
   [[maybe_unused]] pad pad2_{};
-  std::atomic<std::uint32_t> parked_push_{0}, parked_pop_{0};
+  std::uint32_t parked_push_ = 0, parked_pop_ = 0;  // under m_
   std::atomic<std::size_t> blocked_push_{0}, blocked_pop_{0};
   std::mutex m_;  // parking only; never taken on a fast path with nobody parked
   std::condition_variable not_full_, not_empty_;
