@@ -1,6 +1,8 @@
 // dflash::Pipeline against tbb::parallel_pipeline on the same stages, in one
 // process, rounds interleaved (dflash, tbb, dflash, tbb, ...):
 //   source -> 2 parallel workers x W us busy work -> serial in-order S us -> sink
+// dflash twice: stages joined by queues (a thread per worker), and by direct
+// links (the segment runs on the two workers' threads, as TBB runs its filters).
 // for 2000 items, W/S = 50/20 us ("work") and 0/0 ("zero-cost stages"), at
 // depths 2, 8 and 32 (queue capacity / TBB max tokens). Reports per config the
 // median and the min-max spread over rounds of dflash throughput / TBB
@@ -96,11 +98,19 @@ using dflash_pipeline =
     dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"a", 8>, dflash::workers<work, 2>,
                      dflash::queue_spec<"b", 8>, dflash::in_order<serial>, dflash::queue_spec<"c", 8>, sink>;
 
+// The same stages joined by direct links: no queue and no thread of their own;
+// the source, the in-order stage and the sink run on the two workers' threads
+// (oneTBB's model). Depth = the in-order stage's reorder window.
+using dflash_direct =
+    dflash::Pipeline<dflash::NullProfiler, source, dflash::direct_link<"a", 8>, dflash::workers<work, 2>,
+                     dflash::direct_link<"b", 8>, dflash::in_order<serial>, dflash::direct_link<"c", 8>, sink>;
+
+template <class Pipe>
 long long run_dflash(costs c, std::size_t depth) {
   long long sum = 0;
-  auto shape = dflash_pipeline::default_shape();
+  auto shape = Pipe::default_shape();
   shape.depths = {depth, depth, depth};
-  dflash_pipeline p(shape, source{}, work{c}, serial{c}, sink{&sum});
+  Pipe p(shape, source{}, work{c}, serial{c}, sink{&sum});
   p.run_to_completion();
   return sum;
 }
@@ -146,26 +156,31 @@ int main() {
     const char* what;
     costs c;
     std::size_t depth;
-    std::vector<double> ratio, cpu_d, cpu_t, tput_t;
+    std::vector<double> ratio, ratio_direct, cpu_d, cpu_direct, cpu_t, tput_t;
   };
   using us = std::chrono::microseconds;
   std::vector<config> cfgs;
-  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"50/20 us work", {us(50), us(20)}, d, {}, {}, {}, {}});
-  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"zero-cost stages", {us(0), us(0)}, d, {}, {}, {}, {}});
+  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"50/20 us work", {us(50), us(20)}, d, {}, {}, {}, {}, {}, {}});
+  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"zero-cost stages", {us(0), us(0)}, d, {}, {}, {}, {}, {}, {}});
   for (auto& cf : cfgs) {  // warm-up: threads, allocator, TBB's arena
-    run_dflash(cf.c, cf.depth);
+    run_dflash<dflash_pipeline>(cf.c, cf.depth);
+    run_dflash<dflash_direct>(cf.c, cf.depth);
     run_tbb(cf.c, cf.depth);
   }
   for (int r = 0; r < rounds; ++r) {
     for (auto& cf : cfgs) {
-      long long sd = 0, st = 0;
-      const sample d = measure([&] { sd = run_dflash(cf.c, cf.depth); });
+      long long sd = 0, sx = 0, st = 0;
+      const sample d = measure([&] { sd = run_dflash<dflash_pipeline>(cf.c, cf.depth); });
       const sample t = measure([&] { st = run_tbb(cf.c, cf.depth); });
-      if (sd != expected || st != expected) {
-        std::fprintf(stderr, "pipeline_vs_tbb: wrong result (dflash %lld, tbb %lld, expected %lld)\n", sd, st, expected);
+      const sample x = measure([&] { sx = run_dflash<dflash_direct>(cf.c, cf.depth); });
+      if (sd != expected || sx != expected || st != expected) {
+        std::fprintf(stderr, "pipeline_vs_tbb: wrong result (dflash %lld, direct %lld, tbb %lld, expected %lld)\n", sd,
+                     sx, st, expected);
         return 1;
       }
       cf.ratio.push_back(t.seconds / d.seconds);  // = dflash throughput / tbb throughput
+      cf.ratio_direct.push_back(t.seconds / x.seconds);
+      cf.cpu_direct.push_back(x.cpu_us_per_item);
       cf.cpu_d.push_back(d.cpu_us_per_item);
       cf.cpu_t.push_back(t.cpu_us_per_item);
       cf.tput_t.push_back(items / t.seconds);
@@ -173,12 +188,16 @@ int main() {
   }
   std::printf("# pipeline_vs_tbb: %d items, %d interleaved rounds, 2 parallel workers + serial in-order stage\n",
               items, rounds);
-  std::printf("| stages | depth | dflash / TBB throughput (median) | spread (min-max) | CPU us/item dflash | CPU us/item TBB | TBB items/s |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| stages | depth | links | dflash / TBB throughput (median) | spread (min-max) | CPU us/item dflash | CPU us/item TBB | TBB items/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& cf : cfgs) {
-    const auto [lo, hi] = std::minmax_element(cf.ratio.begin(), cf.ratio.end());
-    std::printf("| %s | %zu | %.2f | %.2f-%.2f | %.1f | %.1f | %.0f |\n", cf.what, cf.depth, median(cf.ratio), *lo, *hi,
-                median(cf.cpu_d), median(cf.cpu_t), median(cf.tput_t));
+    for (const bool direct : {false, true}) {
+      const auto& r = direct ? cf.ratio_direct : cf.ratio;
+      const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
+      std::printf("| %s | %zu | %s | %.2f | %.2f-%.2f | %.1f | %.1f | %.0f |\n", cf.what, cf.depth,
+                  direct ? "direct_link" : "queue_spec", median(r), *lo, *hi, median(direct ? cf.cpu_direct : cf.cpu_d),
+                  median(cf.cpu_t), median(cf.tput_t));
+    }
   }
   return 0;
 }

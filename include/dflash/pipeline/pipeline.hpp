@@ -57,6 +57,7 @@
 // device time of its work per item, from events resolved without blocking.
 
 #include <array>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <atomic>
@@ -138,6 +139,20 @@ struct is_queue_spec : std::bool_constant<requires { requires T::dflash_link_kin
 
 template <class T>
 struct is_device_link : std::bool_constant<requires { requires T::dflash_link_kind == 2; }> {};
+
+template <class T>
+struct is_direct_link : std::bool_constant<requires { requires T::dflash_link_kind == 3; }> {};
+
+/// The "queue" of a direct_link: there is none (the next stage runs on the producer's threads).
+struct direct_hop {};
+
+/// One per direct segment: the locks of its serial parts and the turn of its in_order stage.
+struct segment_sync {
+  std::mutex pre, post;  // stages before / after the segment's parallel stage
+  std::condition_variable turn;
+  std::uint64_t issued = 0;  // the source's next sequence number (under pre)
+  bool exhausted = false;    // the source returned empty (under pre)
+};
 
 template <std::size_t I, class... T>
 using nth_t = std::tuple_element_t<I, std::tuple<T...>>;
@@ -288,6 +303,9 @@ class Pipeline {
   /// Link L (between stage L and L + 1) is a device_link.
   template <std::size_t L>
   static constexpr bool device_link_at = detail::is_device_link<queue_spec_type<L>>::value;
+  /// Link L is a direct_link: stage L + 1 runs on the threads that produce its items.
+  template <std::size_t L>
+  static constexpr bool direct_link_at = detail::is_direct_link<queue_spec_type<L>>::value;
 
  private:
   template <std::size_t I>
@@ -299,6 +317,27 @@ class Pipeline {
   static consteval bool output_on_device() {
     if constexpr (I + 1 >= stage_count) return false;
     else return device_link_at<I>;
+  }
+  // Direct segments: maximal runs of stages joined by direct links.
+  template <std::size_t I>
+  static consteval bool direct_in() {
+    if constexpr (I == 0) return false;
+    else return direct_link_at<I - 1>;
+  }
+  template <std::size_t I>
+  static consteval bool direct_out() {
+    if constexpr (I + 1 >= stage_count) return false;
+    else return direct_link_at<I>;
+  }
+  template <std::size_t I>
+  static consteval std::size_t segment_last() {
+    if constexpr (direct_out<I>()) return segment_last<I + 1>();
+    else return I;
+  }
+  template <std::size_t I>
+  static consteval std::size_t segment_first() {
+    if constexpr (direct_in<I>()) return segment_first<I - 1>();
+    else return I;
   }
   template <std::size_t L>
   static consteval auto backend_from() {
@@ -339,6 +378,15 @@ class Pipeline {
                   "dflash::Pipeline: a stage has no `output_type`: add `using output_type = ...;` (void for a sink)");
     static_assert(!requires { S::name; } || NamedStage<S>,
                   "dflash::Pipeline: a stage's `name` must be a `static constexpr dflash::fixed_string`");
+    if constexpr (direct_in<I>() || direct_out<I>())
+      static_assert(!device_stage<I>,
+                    "dflash::Pipeline: a direct_link joins host stages only; a stage next to a device_link cannot "
+                    "also be next to a direct_link (put a queue_spec there)");
+    if constexpr (in_order_at<I> && direct_in<I>())
+      static_assert(segment_first<I>() == 0,
+                    "dflash::Pipeline: an in_order stage reached by a direct_link needs the source in the same direct "
+                    "segment (source, direct_link, ..., in_order<S>): only then do items enter it in source order. "
+                    "Put a queue_spec before the in_order stage instead");
     if constexpr (!NamedStage<S>) {
       return false;  // reported above
     } else if constexpr (device_stage<I>) {
@@ -385,9 +433,9 @@ class Pipeline {
 
   template <std::size_t... I>
   static consteval bool check_specs(std::index_sequence<I...>) {
-    static_assert(((detail::is_queue_spec<queue_spec_type<I>>::value || device_link_at<I>) && ...),
-                  "dflash::Pipeline: every second entry must be a dflash::queue_spec<\"name\", depth> or a "
-                  "dflash::device_link<\"name\", depth>");
+    static_assert(((detail::is_queue_spec<queue_spec_type<I>>::value || device_link_at<I> || direct_link_at<I>) && ...),
+                  "dflash::Pipeline: every second entry must be a dflash::queue_spec<\"name\", depth>, a "
+                  "dflash::device_link<\"name\", depth> or a dflash::direct_link<\"name\", depth>");
     return (check_stage<I>() && ...) && check_stage<stage_count - 1>() &&
            (detail::link_check<stage_type<I>, stage_type<I + 1>>::value && ...);
   }
@@ -412,7 +460,8 @@ class Pipeline {
   static auto link_of() {
     using T = typename stage_type<L>::output_type;
     constexpr auto N = queue_spec_type<L>::name;
-    if constexpr (device_link_at<L>) return std::type_identity<device_channel<T, P, N>>{};
+    if constexpr (direct_link_at<L>) return std::type_identity<detail::direct_hop>{};
+    else if constexpr (device_link_at<L>) return std::type_identity<device_channel<T, P, N>>{};
     else if constexpr (pending_link<L>) return std::type_identity<bounded_queue<detail::pending<T, backend_type>, P, N>>{};
     else if constexpr (sequenced) return std::type_identity<bounded_queue<detail::sequenced<T>, P, N>>{};
     else return std::type_identity<bounded_queue<T, P, N>>{};
@@ -429,6 +478,17 @@ class Pipeline {
  private:
   template <std::size_t... I>
   static auto queues_of(std::index_sequence<I...>) -> boost::hana::tuple<std::unique_ptr<queue_type<I>>...>;
+  // The reorder buffer of an in_order stage inside a direct segment.
+  template <std::size_t I>
+  struct order_state {
+    using value = std::conditional_t<std::is_void_v<typename stage_type<I>::input_type>, char,
+                                     typename stage_type<I>::input_type>;
+    std::map<std::uint64_t, value> early;
+    std::uint64_t next = 0;
+  };
+  template <std::size_t... I>
+  static auto orders_of(std::index_sequence<I...>) -> boost::hana::tuple<order_state<I>...>;
+  using orders_tuple = decltype(orders_of(std::make_index_sequence<stage_count>{}));
   using stages_tuple = decltype(stages_of(std::make_index_sequence<stage_count>{}));
   using queues_tuple = decltype(queues_of(std::make_index_sequence<queue_count>{}));
 
@@ -547,6 +607,7 @@ class Pipeline {
 
   template <std::size_t I>
   [[nodiscard]] queue_type<I>& queue() noexcept {
+    static_assert(!direct_link_at<I>, "dflash::Pipeline::queue<I>(): link I is a direct_link, which has no queue");
     return *boost::hana::at_c<I>(queues_);
   }
   template <std::size_t I>
@@ -568,7 +629,8 @@ class Pipeline {
   }
   template <std::size_t I>
   void make_queue() {
-    if constexpr (device_link_at<I>)
+    if constexpr (direct_link_at<I>) return;
+    else if constexpr (device_link_at<I>)
       boost::hana::at_c<I>(queues_) = std::make_unique<queue_type<I>>(dev_.backend, shape_.depths[I], prof_.get());
     else boost::hana::at_c<I>(queues_) = std::make_unique<queue_type<I>>(shape_.depths[I], prof_.get());
     if constexpr (pending_link<I>) dev_.pools[I] = std::make_unique<detail::event_pool<backend_type>>(dev_.backend);
@@ -608,7 +670,56 @@ class Pipeline {
     for (std::size_t i = 0; i < queue_count; ++i)
       if (s.depths[i] == 0)
         throw std::invalid_argument("dflash::Pipeline: queue " + std::to_string(i) + " needs a depth of at least 1 (got 0)");
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (check_segment<I>(s), ...); }(
+        std::make_index_sequence<stage_count>{});
     return s;
+  }
+  // A direct segment runs on the threads of its one parallel stage; its source
+  // (if any) is serial; an in_order stage in it directly follows the parallel stage.
+  template <std::size_t A>
+  static void check_segment(const shape_type& s) {
+    if constexpr (direct_out<A>() && !direct_in<A>()) {
+      constexpr std::size_t B = segment_last<A>();
+      if (A == 0 && s.workers[0] > 1)
+        throw std::invalid_argument("dflash::Pipeline: a source joined by a direct_link runs one call at a time "
+                                    "(workers must be 1, got " + std::to_string(s.workers[0]) + ")");
+      const std::size_t p = parallel_stage_of<A>(s);
+      for (std::size_t k = p + 1; k <= B && p < stage_count; ++k)
+        if (s.workers[k] > 1)
+          throw std::invalid_argument("dflash::Pipeline: stages " + std::to_string(p) + " and " + std::to_string(k) +
+                                      " are joined by direct_links and both have several workers; a direct segment "
+                                      "runs on the workers of one parallel stage (put a queue_spec between them)");
+      if (in_order_at<A> && p < stage_count)
+        throw std::invalid_argument("dflash::Pipeline: the in_order stage " + std::to_string(A) +
+                                    " starts a direct segment, which then runs on one thread: stage " +
+                                    std::to_string(p) + " of that segment cannot have several workers");
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (((in_order_at<A + K> && K > 0 && p < stage_count && p + 1 != A + K)
+              ? throw std::invalid_argument("dflash::Pipeline: the in_order stage " + std::to_string(A + K) +
+                                            " in a direct segment must directly follow its parallel stage (" +
+                                            std::to_string(p) + ")")
+              : void()),
+         ...);
+      }(std::make_index_sequence<B - A + 1>{});
+    }
+  }
+  /// The stage with several workers in the direct segment starting at A, or stage_count if none.
+  template <std::size_t A>
+  static std::size_t parallel_stage_of(const shape_type& s) noexcept {
+    for (std::size_t k = A; k <= segment_last<A>(); ++k)
+      if (s.workers[k] > 1) return k;
+    return stage_count;
+  }
+  /// Threads stage I starts: none if it runs on its producers' threads.
+  template <std::size_t I>
+  std::size_t threads_of() const noexcept {
+    if constexpr (direct_in<I>()) return 0;
+    else if constexpr (direct_out<I>()) {
+      const std::size_t p = parallel_stage_of<I>(shape_);
+      return p < stage_count ? shape_.workers[p] : 1;
+    } else {
+      return shape_.workers[I];
+    }
   }
   std::size_t total_workers() const noexcept {
     std::size_t n = 0;
@@ -617,20 +728,30 @@ class Pipeline {
   }
   template <std::size_t... I>
   void launch(std::index_sequence<I...>) {
-    ((live_[I].store(shape_.workers[I], std::memory_order_relaxed)), ...);
+    ((live_[I].store(threads_of<I>(), std::memory_order_relaxed)), ...);
     (launch_stage<I>(), ...);
   }
   template <std::size_t I>
   void launch_stage() {
-    for (std::size_t w = 0; w < shape_.workers[I]; ++w) threads_.emplace_back([this, w] { worker<I>(w); });
+    if constexpr (!direct_in<I>()) {  // else it runs on its segment's threads
+      for (std::size_t w = 0; w < threads_of<I>(); ++w) {
+        if constexpr (direct_out<I>()) threads_.emplace_back([this, w] { segment_worker<I>(w); });
+        else threads_.emplace_back([this, w] { worker<I>(w); });
+      }
+    }
   }
 
   void cancel() noexcept {
     cancelled_.store(true, std::memory_order_release);
     boost::hana::for_each(queues_, [](auto& q) {
-      if constexpr (requires { q->cancel(); }) q->cancel();  // device link: wake producers and consumers
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(*q)>, detail::direct_hop>) return;
+      else if constexpr (requires { q->cancel(); }) q->cancel();  // device link: wake producers and consumers
       else q->close();
     });
+    for (auto& g : segs_) {  // threads waiting for an in_order turn
+      { const std::lock_guard lk(g.post); }
+      g.turn.notify_all();
+    }
   }
   void fail(std::exception_ptr e) noexcept {
     {
@@ -750,6 +871,179 @@ class Pipeline {
       cancel();
     } catch (...) {
       fail(std::current_exception());
+    }
+  }
+
+  // ---- direct segments: stages A..B joined by direct links, on the same threads ----
+  // Each thread takes an item (calls the source, or pops the segment's input
+  // queue) and carries it through every stage of the segment. Stages before
+  // the parallel stage p run under `pre` (held from taking the item), p runs
+  // unlocked, stages after p under `post`; an in_order stage right after p
+  // parks early items in its reorder buffer, and the thread that brings the
+  // item due next also runs the parked ones that follow it (oneTBB's tokens).
+  struct chain {
+    std::size_t w, p;  // the thread's index; the parallel stage (stage_count: none, one thread)
+    std::unique_lock<std::mutex> pre, post;
+  };
+
+  template <std::size_t A>
+  void segment_worker(std::size_t w) noexcept {
+    constexpr std::size_t B = segment_last<A>();
+    detail::segment_sync& g = segs_[A];
+    const P& prof = prof_.get();
+    if constexpr (P::enabled) {
+      try {
+        name_this_thread(prof, std::string(stage_type<A>::name.view()) + "#" + std::to_string(w));
+      } catch (...) {
+      }
+    }
+    chain c{w, parallel_stage_of<A>(shape_), std::unique_lock(g.pre, std::defer_lock),
+            std::unique_lock(g.post, std::defer_lock)};
+    try {
+      while (!cancelled()) {
+        const bool more = segment_take<A>(c, prof);
+        if (c.pre.owns_lock()) c.pre.unlock();
+        if (c.post.owns_lock()) c.post.unlock();
+        if (!more) break;
+      }
+    } catch (const pipeline_stop&) {
+      cancel();
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    if (c.pre.owns_lock()) c.pre.unlock();
+    if (c.post.owns_lock()) c.post.unlock();
+    if (live_[A].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if constexpr (B < queue_count) queue<B>().close();
+    }
+  }
+
+  // Takes the segment's next input and carries it through; false: no more input or closing.
+  template <std::size_t A>
+  bool segment_take(chain& c, const P& prof) {
+    using S = stage_type<A>;
+    detail::segment_sync& g = segs_[A];
+    if constexpr (A == 0) {
+      {
+        auto t = prof.scope(stage_wait_key<S::name>{});
+        c.pre.lock();  // the source runs one call at a time; sequence numbers follow its order
+      }
+      if (g.exhausted || draining_.load(std::memory_order_acquire) || cancelled()) return false;
+      auto item = timed(prof, stage_work_key<S::name>{}, [&] { return detail::call_stage(stage<0>(), 0); });
+      if (!item) {
+        g.exhausted = true;
+        return false;
+      }
+      const std::uint64_t seq = g.issued++;
+      return segment_step<1, A>(std::move(*item), seq, c, prof);
+    } else {
+      std::optional<typename S::input_type> item;
+      std::uint64_t seq = 0;
+      {
+        auto t = prof.scope(stage_wait_key<S::name>{});
+        if constexpr (sequenced) {
+          auto got = queue<A - 1>().pop();
+          if (got) {
+            seq = got->seq;
+            item.emplace(std::move(got->value));
+          }
+        } else {
+          item = queue<A - 1>().pop();
+        }
+      }
+      if (!item || cancelled()) return false;
+      if constexpr (in_order_at<A>) {  // one thread (checked): the host_worker's reorder buffer
+        auto& o = boost::hana::at_c<A>(orders_);
+        if (seq != o.next) {
+          o.early.emplace(seq, std::move(*item));
+          return true;
+        }
+        bool ok = segment_step<A, A>(std::move(*item), seq, c, prof);
+        ++o.next;
+        while (ok && !o.early.empty() && o.early.begin()->first == o.next && !cancelled()) {
+          auto node = o.early.extract(o.early.begin());
+          ok = segment_step<A, A>(std::move(node.mapped()), o.next, c, prof);
+          ++o.next;
+        }
+        return ok;
+      } else {
+        return segment_step<A, A>(std::move(*item), seq, c, prof);
+      }
+    }
+  }
+
+  // Stage K of the segment from A: takes the lock K runs under, then calls it.
+  template <std::size_t K, std::size_t A>
+  bool segment_step(typename stage_type<K>::input_type&& x, std::uint64_t seq, chain& c, const P& prof) {
+    auto wait_scope = [&] {
+      if constexpr (K == A) return prof.scope(stage_wait_key<stage_type<K>::name>{});
+      else return prof.scope(push_wait_key<queue_spec_type<K - 1>::name>{});
+    };
+    if (K < c.p) {
+      if (!c.pre.owns_lock()) {
+        auto t = wait_scope();
+        c.pre.lock();
+      }
+    } else {
+      if (c.pre.owns_lock()) c.pre.unlock();
+      if (K > c.p && !c.post.owns_lock()) {
+        {
+          auto t = wait_scope();
+          c.post.lock();
+        }
+        if constexpr (in_order_at<K> && K > A) return segment_in_order<K, A>(std::move(x), seq, c, prof);
+      }
+    }
+    return segment_call<K, A>(std::move(x), seq, c, prof);
+  }
+
+  // Under `post`: runs x if it is due, then the parked items that follow it;
+  // parks x if it is early and the window has room; else waits for its turn.
+  template <std::size_t K, std::size_t A>
+  bool segment_in_order(typename stage_type<K>::input_type&& x, std::uint64_t seq, chain& c, const P& prof) {
+    detail::segment_sync& g = segs_[A];
+    auto& o = boost::hana::at_c<K>(orders_);
+    const std::size_t window = shape_.depths[K - 1];
+    if (seq != o.next && o.early.size() >= window) {
+      auto t = prof.scope(push_wait_key<queue_spec_type<K - 1>::name>{});
+      g.turn.wait(c.post, [&] { return seq == o.next || o.early.size() < window || cancelled(); });
+    }
+    if (cancelled()) return false;
+    if (seq != o.next) {
+      o.early.emplace(seq, std::move(x));  // the thread with the item due next runs it
+      return true;
+    }
+    bool ok = segment_call<K, A>(std::move(x), seq, c, prof);
+    ++o.next;
+    while (ok && !o.early.empty() && o.early.begin()->first == o.next && !cancelled()) {
+      auto node = o.early.extract(o.early.begin());
+      ok = segment_call<K, A>(std::move(node.mapped()), o.next, c, prof);
+      ++o.next;
+    }
+    c.post.unlock();
+    g.turn.notify_all();  // the item due next, or room in the window
+    return ok;
+  }
+
+  // Calls stage K (serial stages get worker index 0), then the next stage or the segment's output queue.
+  template <std::size_t K, std::size_t A>
+  bool segment_call(typename stage_type<K>::input_type&& x, std::uint64_t seq, chain& c, const P& prof) {
+    using S = stage_type<K>;
+    S& s = stage<K>();
+    const std::size_t w = K == c.p ? c.w : 0;
+    if constexpr (K + 1 == stage_count) {
+      timed(prof, stage_work_key<S::name>{}, [&] { detail::call_stage(s, w, std::move(x)); });
+      return true;
+    } else {
+      typename S::output_type y =
+          timed(prof, stage_work_key<S::name>{}, [&] { return detail::call_stage(s, w, std::move(x)); });
+      if constexpr (K < segment_last<A>()) {
+        return segment_step<K + 1, A>(std::move(y), seq, c, prof);
+      } else {
+        auto t = prof.scope(stage_wait_key<S::name>{});
+        if constexpr (sequenced) return queue<K>().push(detail::sequenced<typename S::output_type>{seq, std::move(y)});
+        else return queue<K>().push(std::move(y));
+      }
     }
   }
 
@@ -874,6 +1168,8 @@ class Pipeline {
   shape_type shape_;
   queues_tuple queues_;
   std::array<std::atomic<std::size_t>, stage_count> live_{};
+  std::array<detail::segment_sync, stage_count> segs_;  // used by direct segments (indexed by first stage)
+  orders_tuple orders_;
   std::vector<std::thread> threads_;
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> draining_{false};

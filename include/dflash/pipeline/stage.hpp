@@ -130,6 +130,24 @@ struct device_link {
   static constexpr int dflash_link_kind = 2;
 };
 
+/// No queue and no thread of its own: the next stage runs on the threads that
+/// produced its item, as oneTBB's serial filters run on whichever thread holds
+/// the token: `dflash::direct_link<"to_sink", 8>`. Stages joined by direct
+/// links form a segment that runs on the worker threads of its one parallel
+/// stage (workers<S, N>); its other stages run one call at a time, those before
+/// the parallel stage (e.g. the source) in the order items are taken, those
+/// after it in completion order — or in source order for an in_order<S> stage
+/// right after it. Depth bounds that stage's reorder window: a thread whose
+/// item is further ahead than Depth waiting items waits its turn. Records
+/// "<name>.push_wait" (time waiting for the next stage's turn). Host stages only.
+template <fixed_string Name, std::size_t Depth>
+struct direct_link {
+  static_assert(Depth > 0, "dflash::direct_link<Name, Depth>: Depth must be at least 1");
+  static constexpr auto name = Name;
+  static constexpr std::size_t depth = Depth;
+  static constexpr int dflash_link_kind = 3;
+};
+
 /// Keys a stage named Name gets from the pipeline: blocked on its queues vs in its call.
 template <fixed_string Name>
 using stage_wait_key = key_t<name_cat<Name, ".wait">>;
