@@ -3,7 +3,8 @@
 //   source -> 2 parallel workers x W us busy work -> serial in-order S us -> sink
 // dflash twice: stages joined by queues (a thread per worker), and by direct
 // links (the segment runs on the two workers' threads, as TBB runs its filters).
-// for 2000 items, W/S = 50/20 us ("work") and 0/0 ("zero-cost stages"), at
+// for 2000 items, W/S = 50/20 us ("work"), and for 100000 items 0/0 ("zero-cost
+// stages": per-item hand-off cost; at 2000 items thread start-up dominates), at
 // depths 2, 8 and 32 (queue capacity / TBB max tokens). Reports per config the
 // median and the min-max spread over rounds of dflash throughput / TBB
 // throughput, and CPU microseconds per item (getrusage) for both.
@@ -20,13 +21,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "../compare.hpp"
+
 namespace {
 using clk = std::chrono::steady_clock;
-constexpr int items = 2000;
 
 void busy(std::chrono::microseconds d) {  // CPU work, not a sleep
   if (d.count() == 0) return;
@@ -44,6 +47,7 @@ double cpu_seconds() {
 
 struct costs {
   std::chrono::microseconds work, serial;
+  int items;
 };
 
 struct sample {
@@ -51,7 +55,7 @@ struct sample {
 };
 
 template <class F>
-sample measure(F&& run) {
+sample measure(int items, F&& run) {
   const double c0 = cpu_seconds();
   const auto t0 = clk::now();
   run();
@@ -64,6 +68,7 @@ struct source {
   static constexpr dflash::fixed_string name{"source"};
   using input_type = void;
   using output_type = int;
+  int items = 0;
   int next = 0;
   std::optional<int> operator()() { return next < items ? std::optional(next++) : std::nullopt; }
 };
@@ -110,7 +115,7 @@ long long run_dflash(costs c, std::size_t depth) {
   long long sum = 0;
   auto shape = Pipe::default_shape();
   shape.depths = {depth, depth, depth};
-  Pipe p(shape, source{}, work{c}, serial{c}, sink{&sum});
+  Pipe p(shape, source{c.items}, work{c}, serial{c}, sink{&sum});
   p.run_to_completion();
   return sum;
 }
@@ -123,7 +128,7 @@ long long run_tbb(costs c, std::size_t depth) {
       depth,
       tbb::make_filter<void, int>(tbb::filter_mode::serial_in_order,
                                   [&](tbb::flow_control& fc) {
-                                    if (next >= items) {
+                                    if (next >= c.items) {
                                       fc.stop();
                                       return 0;
                                     }
@@ -149,19 +154,23 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-int main() {
-  const int rounds = std::getenv("DFLASH_BENCH_ROUNDS") ? std::atoi(std::getenv("DFLASH_BENCH_ROUNDS")) : 7;
-  const long long expected = 1LL * items * (items - 1) / 2;
+int main(int argc, char** argv) {
+  const int rounds = std::getenv("DFLASH_BENCH_ROUNDS") ? std::atoi(std::getenv("DFLASH_BENCH_ROUNDS"))
+                                                        : dflash_bench::rounds_arg(argc, argv, 7);
+  if (rounds < 1) {
+    std::fprintf(stderr, "pipeline_vs_tbb: rounds must be at least 1 (got %d)\n", rounds);
+    return 2;
+  }
   struct config {
     const char* what;
     costs c;
     std::size_t depth;
-    std::vector<double> ratio, ratio_direct, cpu_d, cpu_direct, cpu_t, tput_t;
+    std::vector<double> ratio, ratio_direct, cpu_d, cpu_direct, cpu_t, tput_t, tput_d, tput_x;
   };
   using us = std::chrono::microseconds;
   std::vector<config> cfgs;
-  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"50/20 us work", {us(50), us(20)}, d, {}, {}, {}, {}, {}, {}});
-  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"zero-cost stages", {us(0), us(0)}, d, {}, {}, {}, {}, {}, {}});
+  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"50/20 us work", {us(50), us(20), 2000}, d, {}, {}, {}, {}, {}, {}, {}, {}});
+  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"zero-cost stages", {us(0), us(0), 100000}, d, {}, {}, {}, {}, {}, {}, {}, {}});
   for (auto& cf : cfgs) {  // warm-up: threads, allocator, TBB's arena
     run_dflash<dflash_pipeline>(cf.c, cf.depth);
     run_dflash<dflash_direct>(cf.c, cf.depth);
@@ -169,10 +178,17 @@ int main() {
   }
   for (int r = 0; r < rounds; ++r) {
     for (auto& cf : cfgs) {
+      const int items = cf.c.items;
+      const long long expected = 1LL * items * (items - 1) / 2;
       long long sd = 0, sx = 0, st = 0;
-      const sample d = measure([&] { sd = run_dflash<dflash_pipeline>(cf.c, cf.depth); });
-      const sample t = measure([&] { st = run_tbb(cf.c, cf.depth); });
-      const sample x = measure([&] { sx = run_dflash<dflash_direct>(cf.c, cf.depth); });
+      sample d{}, t{}, x{};
+      for (int k = 0; k < 3; ++k) {  // the order rotates each round
+        switch ((k + r) % 3) {
+          case 0: d = measure(items, [&] { sd = run_dflash<dflash_pipeline>(cf.c, cf.depth); }); break;
+          case 1: t = measure(items, [&] { st = run_tbb(cf.c, cf.depth); }); break;
+          default: x = measure(items, [&] { sx = run_dflash<dflash_direct>(cf.c, cf.depth); }); break;
+        }
+      }
       if (sd != expected || sx != expected || st != expected) {
         std::fprintf(stderr, "pipeline_vs_tbb: wrong result (dflash %lld, direct %lld, tbb %lld, expected %lld)\n", sd,
                      sx, st, expected);
@@ -184,20 +200,47 @@ int main() {
       cf.cpu_d.push_back(d.cpu_us_per_item);
       cf.cpu_t.push_back(t.cpu_us_per_item);
       cf.tput_t.push_back(items / t.seconds);
+      cf.tput_d.push_back(items / d.seconds);
+      cf.tput_x.push_back(items / x.seconds);
     }
   }
-  std::printf("# pipeline_vs_tbb: %d items, %d interleaved rounds, 2 parallel workers + serial in-order stage\n",
-              items, rounds);
+  std::printf("# pipeline_vs_tbb: %d interleaved rounds, 2 parallel workers + serial in-order stage; 2000 items "
+              "(work), 100000 (zero-cost)\n", rounds);
   std::printf("| stages | depth | links | dflash / TBB throughput (median) | spread (min-max) | CPU us/item dflash | CPU us/item TBB | TBB items/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& cf : cfgs) {
     for (const bool direct : {false, true}) {
       const auto& r = direct ? cf.ratio_direct : cf.ratio;
       const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
-      std::printf("| %s | %zu | %s | %.2f | %.2f-%.2f | %.1f | %.1f | %.0f |\n", cf.what, cf.depth,
+      std::printf("| %s | %zu | %s | %.2f | %.2f-%.2f | %.2f | %.2f | %.0f |\n", cf.what, cf.depth,
                   direct ? "direct_link" : "queue_spec", median(r), *lo, *hi, median(direct ? cf.cpu_direct : cf.cpu_d),
                   median(cf.cpu_t), median(cf.tput_t));
     }
+  }
+  // --benchmark_out=PATH (from scripts/bench.sh): the comparison JSON of compare.hpp, plus CPU per item.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--benchmark_out=", 0) != 0) continue;
+    std::ofstream f(a.substr(16));
+    f << "{\"comparison\":\"pipeline\",\"skipped\":[],\"rows\":[";
+    bool first = true;
+    for (const auto& cf : cfgs)
+      for (const bool direct : {false, true}) {
+        const auto& r = direct ? cf.ratio_direct : cf.ratio;
+        const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
+        char buf[1024];
+        std::snprintf(buf, sizeof buf,
+                      "%s\n{\"shape\":\"%s, depth %zu\",\"subject\":\"dflash::Pipeline (%s)\","
+                      "\"anchor\":\"tbb::parallel_pipeline\",\"unit\":\"items/s\",\"rounds\":%d,"
+                      "\"subject_median\":%.6g,\"anchor_median\":%.6g,\"ratio_median\":%.4f,\"ratio_min\":%.4f,"
+                      "\"ratio_max\":%.4f,\"subject_cpu_us_per_item\":%.3f,\"anchor_cpu_us_per_item\":%.3f}",
+                      first ? "" : ",", cf.what, cf.depth, direct ? "direct_link" : "queue_spec", rounds,
+                      median(direct ? cf.tput_x : cf.tput_d), median(cf.tput_t), median(r), *lo, *hi,
+                      median(direct ? cf.cpu_direct : cf.cpu_d), median(cf.cpu_t));
+        f << buf;
+        first = false;
+      }
+    f << "]}\n";
   }
   return 0;
 }

@@ -146,6 +146,20 @@ struct is_direct_link : std::bool_constant<requires { requires T::dflash_link_ki
 /// The "queue" of a direct_link: there is none (the next stage runs on the producer's threads).
 struct direct_hop {};
 
+/// Locks `lk`, spinning briefly first: a serial stage's lock is held for one
+/// call, and sleeping on it (a futex round trip) costs more than a cheap call.
+inline void lock_spinning(std::unique_lock<std::mutex>& lk) {
+  for (int i = 0; i < 128; ++i) {
+    if (lk.try_lock()) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+  lk.lock();
+}
+
 /// One per direct segment: the locks of its serial parts and the turn of its in_order stage.
 struct segment_sync {
   std::mutex pre, post;  // stages before / after the segment's parallel stage
@@ -926,7 +940,7 @@ class Pipeline {
     if constexpr (A == 0) {
       {
         auto t = prof.scope(stage_wait_key<S::name>{});
-        c.pre.lock();  // the source runs one call at a time; sequence numbers follow its order
+        detail::lock_spinning(c.pre);  // the source runs one call at a time; sequence numbers follow its order
       }
       if (g.exhausted || draining_.load(std::memory_order_acquire) || cancelled()) return false;
       auto item = timed(prof, stage_work_key<S::name>{}, [&] { return detail::call_stage(stage<0>(), 0); });
@@ -982,14 +996,14 @@ class Pipeline {
     if (K < c.p) {
       if (!c.pre.owns_lock()) {
         auto t = wait_scope();
-        c.pre.lock();
+        detail::lock_spinning(c.pre);
       }
     } else {
       if (c.pre.owns_lock()) c.pre.unlock();
       if (K > c.p && !c.post.owns_lock()) {
         {
           auto t = wait_scope();
-          c.post.lock();
+          detail::lock_spinning(c.post);
         }
         if constexpr (in_order_at<K> && K > A) return segment_in_order<K, A>(std::move(x), seq, c, prof);
       }
@@ -1006,7 +1020,13 @@ class Pipeline {
     const std::size_t window = shape_.depths[K - 1];
     if (seq != o.next && o.early.size() >= window) {
       auto t = prof.scope(push_wait_key<queue_spec_type<K - 1>::name>{});
-      g.turn.wait(c.post, [&] { return seq == o.next || o.early.size() < window || cancelled(); });
+      const auto ready = [&] { return seq == o.next || o.early.size() < window || cancelled(); };
+      for (int i = 0; i < 32 && !ready(); ++i) {  // the turn usually comes within a call: spin before sleeping
+        c.post.unlock();
+        std::this_thread::yield();
+        detail::lock_spinning(c.post);
+      }
+      g.turn.wait(c.post, ready);
     }
     if (cancelled()) return false;
     if (seq != o.next) {
