@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev        # tests parse the JSON reports with it
   valgrind                  # scripts/zero_cost_check.sh (callgrind)
   gnuplot-nox               # scripts/bench.sh plots
+  libtbb-dev libconcurrentqueue-dev  # benchmark-only anchors (oneTBB, moodycamel); the build works without them
   python3                   # scripts/ helpers (checks only, never the library)
   libopenmpi-dev openmpi-bin  # optional MPI layer (include/dflash/mpi), its tests and benchmark
 )
