@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -233,4 +234,92 @@ TEST_CASE("direct links: shapes that a segment cannot run are rejected with a cl
                                 dflash::direct_link<"d", 1>, dflash::workers<jitter, 2>, dflash::queue_spec<"out", 4>,
                                 collect>;
   CHECK_THROWS_WITH(head(head::default_shape()), Catch::Contains("starts a direct segment"));
+}
+
+namespace {
+// A sink that ends the pipeline from inside its call, either way a stage can.
+struct stopping_sink {
+  static constexpr dflash::fixed_string name{"sink"};
+  using input_type = int;
+  using output_type = void;
+  int stop_at;
+  bool throw_stop;  // true: throw pipeline_stop; false: call stop() on the pipeline
+  std::function<void()> stop;
+  std::vector<int>* out;
+  void operator()(int&& x) {
+    if (x == stop_at) {
+      if (throw_stop) throw dflash::pipeline_stop{};
+      stop();
+    }
+    out->push_back(x);
+  }
+};
+}  // namespace
+
+// Review finding: a stage after the parallel one that threw (or threw
+// pipeline_stop) while its thread held the serial lock deadlocked cancel();
+// stop() from inside such a stage did too.
+TEST_CASE("direct links: a serial stage after the parallel one ends the pipeline from inside its call",
+          "[pipeline][direct]") {
+  watchdog wd("direct links: stop from the sink");
+  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::direct_link<"take", 2>,
+                                dflash::workers<jitter, 4>, dflash::direct_link<"reorder", 3>,
+                                dflash::in_order<record>, dflash::direct_link<"out", 1>, stopping_sink>;
+  for (const bool throw_stop : {true, false}) {
+    CAPTURE(throw_stop);
+    checks k;
+    pipe* self = nullptr;
+    pipe p(source{1 << 30}, jitter{}, record{&k.seen, &k.inside, &k.overlap, &k.bad_index},
+           stopping_sink{300, throw_stop, [&] { self->stop(); }, &k.out});
+    self = &p;
+    p.run_to_completion();  // returns: pipeline_stop / stop() is not an error
+    CHECK(k.out.size() >= 300);
+    for (std::size_t i = 0; i < k.out.size(); ++i) REQUIRE(k.out[i] == static_cast<int>(i));
+  }
+}
+
+namespace {
+struct slow_record {
+  static constexpr dflash::fixed_string name{"record"};
+  using input_type = int;
+  using output_type = int;
+  std::atomic<bool>* failed;
+  std::atomic<int>* after;
+  int operator()(int&& x) {
+    if (failed->load()) after->fetch_add(1);
+    std::this_thread::sleep_for(5ms);
+    return x;
+  }
+};
+struct failing {
+  static constexpr dflash::fixed_string name{"jitter"};
+  using input_type = int;
+  using output_type = int;
+  std::atomic<bool>* failed;
+  int operator()(int&& x) const {
+    if (x == 20) {
+      std::this_thread::sleep_for(2ms);  // the other workers queue up on the serial lock meanwhile
+      failed->store(true);
+      throw std::runtime_error("failing");
+    }
+    return x;
+  }
+};
+}  // namespace
+
+// Review finding: threads queued on the serial lock still ran the serial stage
+// once each after the pipeline was cancelled.
+TEST_CASE("direct links: after a failure no serial call starts", "[pipeline][direct]") {
+  watchdog wd("direct links: no call after cancel");
+  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 8>, dflash::workers<failing, 4>,
+                                dflash::direct_link<"to_record", 1>, slow_record, dflash::direct_link<"to_sink", 1>,
+                                collect>;
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<bool> failed{false};
+    std::atomic<int> after{0};
+    std::vector<int> out;
+    pipe p(source{1000}, failing{&failed}, slow_record{&failed, &after}, collect{&out, nullptr});
+    CHECK_THROWS_WITH(p.run_to_completion(), "failing");
+    CHECK(after.load() <= 1);  // at most the call already inside when the failure came (it saw the flag)
+  }
 }

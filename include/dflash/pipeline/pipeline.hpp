@@ -762,10 +762,7 @@ class Pipeline {
       else if constexpr (requires { q->cancel(); }) q->cancel();  // device link: wake producers and consumers
       else q->close();
     });
-    for (auto& g : segs_) {  // threads waiting for an in_order turn
-      { const std::lock_guard lk(g.post); }
-      g.turn.notify_all();
-    }
+    for (auto& g : segs_) g.turn.notify_all();  // threads waiting for an in_order turn (they also re-check every 2 ms)
   }
   void fail(std::exception_ptr e) noexcept {
     {
@@ -913,20 +910,23 @@ class Pipeline {
     }
     chain c{w, parallel_stage_of<A>(shape_), std::unique_lock(g.pre, std::defer_lock),
             std::unique_lock(g.post, std::defer_lock)};
+    const auto release = [&]() noexcept {  // before cancel(): a stage may throw while its thread holds a lock
+      if (c.pre.owns_lock()) c.pre.unlock();
+      if (c.post.owns_lock()) c.post.unlock();
+    };
     try {
       while (!cancelled()) {
         const bool more = segment_take<A>(c, prof);
-        if (c.pre.owns_lock()) c.pre.unlock();
-        if (c.post.owns_lock()) c.post.unlock();
+        release();
         if (!more) break;
       }
     } catch (const pipeline_stop&) {
+      release();
       cancel();
     } catch (...) {
+      release();
       fail(std::current_exception());
     }
-    if (c.pre.owns_lock()) c.pre.unlock();
-    if (c.post.owns_lock()) c.post.unlock();
     if (live_[A].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if constexpr (B < queue_count) queue<B>().close();
     }
@@ -995,8 +995,11 @@ class Pipeline {
     };
     if (K < c.p) {
       if (!c.pre.owns_lock()) {
-        auto t = wait_scope();
-        detail::lock_spinning(c.pre);
+        {
+          auto t = wait_scope();
+          detail::lock_spinning(c.pre);
+        }
+        if (cancelled()) return false;  // queued on the lock while the pipeline stopped: no new call
       }
     } else {
       if (c.pre.owns_lock()) c.pre.unlock();
@@ -1005,6 +1008,7 @@ class Pipeline {
           auto t = wait_scope();
           detail::lock_spinning(c.post);
         }
+        if (cancelled()) return false;
         if constexpr (in_order_at<K> && K > A) return segment_in_order<K, A>(std::move(x), seq, c, prof);
       }
     }
@@ -1026,7 +1030,11 @@ class Pipeline {
         std::this_thread::yield();
         detail::lock_spinning(c.post);
       }
-      g.turn.wait(c.post, ready);
+      // cancel() notifies without taking `post` (stop() must not block on a
+      // running call, or deadlock when a stage calls it): a notify that falls
+      // between our check and our wait is caught by the next timed check.
+      while (!g.turn.wait_for(c.post, std::chrono::milliseconds(2), ready)) {
+      }
     }
     if (cancelled()) return false;
     if (seq != o.next) {

@@ -135,7 +135,7 @@ struct device_link {
 /// the token: `dflash::direct_link<"to_sink", 8>`. Stages joined by direct
 /// links form a segment that runs on the worker threads of its one parallel
 /// stage (workers<S, N>); its other stages run one call at a time, those before
-/// the parallel stage (e.g. the source) in the order items are taken, those
+/// the parallel stage (e.g. the source) in the order threads reach them, those
 /// after it in completion order — or in source order for an in_order<S> stage
 /// right after it. Depth bounds that stage's reorder window: a thread whose
 /// item is further ahead than Depth waiting items waits its turn. Records
