@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <optional>
 #include <ratio>
@@ -377,4 +378,75 @@ TEST_CASE("parking: no wake-up is lost when pushers and poppers park in turn", "
     for (auto& h : hits) wrong += h.load() != 1;
     CHECK(wrong == 0);
   }
+}
+
+namespace {
+// Constructed from an int: a negative one blocks in the constructor until
+// `release` is set (a push that has claimed its slot but not published it);
+// 13 throws.
+struct gated {
+  static inline std::atomic<bool> entered{false}, release{false};
+  int v = 0;
+  gated(int x) : v(x) {  // NOLINT: implicit on purpose (push(int))
+    if (x == 13) throw std::runtime_error("gated: 13");
+    if (x < 0) {
+      entered = true;
+      while (!release.load()) std::this_thread::sleep_for(1ms);
+    }
+  }
+  gated(gated&&) = default;
+  gated& operator=(gated&&) = default;
+};
+}  // namespace
+
+// Review finding: a pop_for whose position a push had claimed but not yet
+// published spun past its deadline until the publish.
+TEST_CASE("pop_for keeps its deadline while a claimed push has not published yet", "[bounded_queue][parking]") {
+  gated::entered = false;
+  gated::release = false;
+  bounded_queue<gated> q(4);
+  std::thread slow([&] { (void)q.push(-1); });
+  wait_until([] { return gated::entered.load(); });
+  std::thread releaser([] {  // bounds the test if pop_for ignores its deadline
+    std::this_thread::sleep_for(2s);
+    gated::release = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto got = q.pop_for(20ms);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  releaser.join();
+  slow.join();
+  CHECK_FALSE(got.has_value());
+  CHECK(waited < 1s);  // before the fix: ~2 s, until the push published
+  CHECK(q.pop_for(1s).has_value());
+}
+
+// Review finding: a push whose constructor threw after it had blocked left
+// blocked_pushers() (and the parked count) raised for good.
+TEST_CASE("a blocked push whose constructor throws leaves no waiter counted", "[bounded_queue][parking]") {
+  bounded_queue<gated> q(1);
+  REQUIRE(q.push(1));
+  std::exception_ptr err;
+  std::thread pusher([&] {
+    try {
+      (void)q.push(13);  // blocks (full), then throws in the constructor once there is room
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+  wait_until([&] { return q.blocked_pushers() == 1; });
+  std::this_thread::sleep_for(20ms);  // past the spin phase: parked
+  CHECK(q.pop().has_value());
+  pusher.join();
+  CHECK(err != nullptr);
+  CHECK(q.blocked_pushers() == 0);
+  // The failed push's slot holds no item: the next pop skips it.
+  CHECK_FALSE(q.pop_for(10ms).has_value());
+  // The queue still works both ways, blocking included.
+  REQUIRE(q.push(2));
+  std::thread late([&] { (void)q.push(3); });
+  wait_until([&] { return q.blocked_pushers() == 1; });
+  CHECK(q.pop()->v == 2);
+  late.join();
+  CHECK(q.pop()->v == 3);
 }

@@ -341,29 +341,36 @@ class bounded_queue {
       if (attempt(false, in_flight)) return true;
     }
     std::unique_lock lk(m_);
-    ++parked;
-    bool done = false;
-    for (;;) {
-      word.fetch_or(bit, std::memory_order_relaxed);  // before the check below: see the header comment
-      if (attempt(true, in_flight)) {
-        done = true;
-        break;
+    struct parked_guard {  // also when T's constructor or move throws inside attempt()
+      std::unique_lock<std::mutex>& lk;
+      std::uint32_t& parked;
+      std::atomic<std::uint64_t>& word;
+      std::uint64_t bit;
+      ~parked_guard() {
+        if (!lk.owns_lock()) lk.lock();
+        if (--parked == 0) word.fetch_and(~bit, std::memory_order_relaxed);  // spare the other side a needless wake
       }
-      if (in_flight) {  // the other side claimed our position before our bit: its publish is imminent
+    } guard{lk, ++parked, word, bit};
+    for (int imminent = 0;; ++imminent) {
+      word.fetch_or(bit, std::memory_order_relaxed);  // before the check below: see the header comment
+      if (attempt(true, in_flight)) return true;
+      if (in_flight) {
+        // The other side claimed our position before our bit: its publish is
+        // imminent but will not wake us, so we poll (a slow T constructor can
+        // make "imminent" long: yield, then sleep, and keep the deadline).
+        if (deadline != nullptr && std::chrono::steady_clock::now() >= *deadline) return false;
         lk.unlock();
-        std::this_thread::yield();
+        if (imminent < 64) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(50));
         lk.lock();
         continue;
       }
       if (deadline == nullptr) {
         cv.wait(lk);
       } else if (cv.wait_until(lk, *deadline) == std::cv_status::timeout) {
-        done = attempt(true, in_flight);
-        break;
+        return attempt(true, in_flight);
       }
     }
-    if (--parked == 0) word.fetch_and(~bit, std::memory_order_relaxed);  // spare the other side a needless wake
-    return done;
   }
 
   template <class U>
@@ -377,16 +384,13 @@ class bounded_queue {
       record_zero(push_wait_key<Name>{});
       return queue_status::timeout;
     }
-    auto tok = begin_wait(push_wait_key<Name>{});
-    blocked_push_.fetch_add(1, std::memory_order_acq_rel);
+    const blocked_scope<push_wait_key<Name>> b(*this, blocked_push_);
     const bool done = wait_for(
         [&](bool locked, bool& in_flight) {
           st = try_enqueue(std::forward<U>(v), locked, &in_flight);
           return st != queue_status::full;
         },
         deq_, push_parked_bit, parked_push_, not_full_, deadline);
-    blocked_push_.fetch_sub(1, std::memory_order_acq_rel);
-    end_wait(push_wait_key<Name>{}, tok);
     return done ? st : queue_status::timeout;
   }
 
@@ -396,19 +400,39 @@ class bounded_queue {
       record_zero(pop_wait_key<Name>{});
       return std::move(r.value);
     }
-    auto tok = begin_wait(pop_wait_key<Name>{});
-    blocked_pop_.fetch_add(1, std::memory_order_acq_rel);
-    (void)wait_for(
-        [&](bool locked, bool& in_flight) {
-          r = try_dequeue(locked);
-          in_flight = r.in_flight;
-          return r.value.has_value() || r.drained;
-        },
-        enq_, pop_parked_bit, parked_pop_, not_empty_, deadline);
-    blocked_pop_.fetch_sub(1, std::memory_order_acq_rel);
-    end_wait(pop_wait_key<Name>{}, tok);
+    {
+      const blocked_scope<pop_wait_key<Name>> b(*this, blocked_pop_);
+      (void)wait_for(
+          [&](bool locked, bool& in_flight) {
+            r = try_dequeue(locked);
+            in_flight = r.in_flight;
+            return r.value.has_value() || r.drained;
+          },
+          enq_, pop_parked_bit, parked_pop_, not_empty_, deadline);
+    }
     return std::move(r.value);
   }
+
+  // A blocking push or pop: counted in blocked_push_/blocked_pop_ and timed
+  // under K, until it returns or throws (T's constructor or move).
+  template <class K>
+  class blocked_scope {
+   public:
+    blocked_scope(const bounded_queue& q, std::atomic<std::size_t>& n) : q_(q), n_(n), tok_(q.begin_wait(K{})) {
+      n_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    blocked_scope(const blocked_scope&) = delete;
+    blocked_scope& operator=(const blocked_scope&) = delete;
+    ~blocked_scope() {
+      n_.fetch_sub(1, std::memory_order_acq_rel);
+      q_.end_wait(K{}, tok_);
+    }
+
+   private:
+    const bounded_queue& q_;
+    std::atomic<std::size_t>& n_;
+    decltype(std::declval<const bounded_queue&>().begin_wait(K{})) tok_;
+  };
 
   template <class K>
   auto begin_wait(K k) const noexcept {
