@@ -19,7 +19,14 @@ while IFS= read -r exe; do
   "$exe" --benchmark_min_time="$min_time" --benchmark_out="$results/$name.json" \
     --benchmark_out_format=json | tee "$results/$name.txt"
 done < <(find "$build/benchmarks" -type f -executable ! -name 'zero_cost_*' ! -name '*gpu*' \
-           ! -path '*/CMakeFiles/*' | sort)
+           ! -name 'bench_mpi_link' ! -path '*/CMakeFiles/*' | sort)
+
+# The MPI link needs two ranks (OpenMPI: root and more ranks than cores need the flags).
+mpi_bench=$build/benchmarks/mpi/bench_mpi_link
+if [[ -x $mpi_bench ]] && command -v mpirun >/dev/null; then
+  echo "== bench_mpi_link (mpirun -np 2)"
+  mpirun --oversubscribe --allow-run-as-root -np 2 "$mpi_bench" 9 | tee "$results/bench_mpi_link.txt"
+fi
 
 python3 scripts/bench_report.py "$results" docs/benchmarks.md
 if command -v gnuplot >/dev/null && [[ -s $results/plot.dat ]]; then

@@ -203,6 +203,11 @@ def main():
     for f in comparisons:
         data = json.loads(f.read_text())
         md += [f"## {f.stem} (against the anchors)", "", comparison_table(data), ""]
+    mpi = results / "bench_mpi_link.txt"
+    if mpi.exists():
+        md += ["## bench_mpi_link (against raw MPI)", "",
+               "`mpirun --oversubscribe --allow-run-as-root -np 2 bench_mpi_link 9`:", "",
+               "```", mpi.read_text().strip(), "```", ""]
     for note in sorted(pathlib.Path("docs/bench").glob("*.md")):
         md += [f"## Notes: {note.stem}", "", note.read_text().strip(), ""]
     out_md.write_text("\n".join(md) + "\n")
