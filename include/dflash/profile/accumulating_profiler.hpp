@@ -204,14 +204,13 @@ class AccumulatingProfiler {
  private:
   static constexpr std::uint64_t no_epoch = ~std::uint64_t{0};
 
-  // The count is the sum of the histogram's buckets plus the staged values.
-  //
-  // A record does not touch its histogram bucket: it appends the duration to
-  // `staged` and the owner bins a full batch at once. A store whose address
-  // depends on the duration just measured (the bucket) stalls the next clock
-  // read until it resolves — about 9 ns per zone on the benchmark machine, a
-  // third of a whole TSC zone; a batch of such stores overlaps. Readers bin
-  // the staged values themselves, so reports stay exact.
+  // A record only appends its duration to `staged`; the owner folds a full
+  // batch into total / min / max and the histogram at once. A store whose
+  // address depends on the duration just measured (the bucket) stalls the next
+  // clock read until it resolves — about 9 ns per zone on the benchmark
+  // machine, a third of a whole TSC zone; in a batch such stores overlap, and
+  // the record itself is two stores. Readers fold the staged values in
+  // themselves, so reports stay exact: count = buckets + staged, and so on.
   static constexpr std::uint32_t stage_capacity = 16;
   struct cell {
     std::atomic<std::uint64_t> total, min, max;
@@ -257,9 +256,6 @@ class AccumulatingProfiler {
     if (b.tag.load(std::memory_order_relaxed) != e) [[unlikely]]
       reset_bank(b, e);  // first record of this thread in epoch e: the bank's old epoch was taken
     cell& c = b.k[i];
-    c.total.store(c.total.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
-    if (ns < c.min.load(std::memory_order_relaxed)) c.min.store(ns, std::memory_order_relaxed);
-    if (ns > c.max.load(std::memory_order_relaxed)) c.max.store(ns, std::memory_order_relaxed);
     const std::uint32_t n = c.staged_count.load(std::memory_order_relaxed);
     c.staged[n].store(ns, std::memory_order_relaxed);
     if (n + 1 == stage_capacity) [[unlikely]]
@@ -268,12 +264,21 @@ class AccumulatingProfiler {
       c.staged_count.store(n + 1, std::memory_order_relaxed);
   }
 
-  // Owner only, inside its record: moves a full stage into the histogram.
+  // Owner only, inside its record: folds a full stage into the cell.
   [[gnu::noinline]] static void bin_staged(cell& c) noexcept {
-    for (const auto& v : c.staged) {
-      auto& bucket = c.buckets[histogram::bucket_of(v.load(std::memory_order_relaxed))];
+    std::uint64_t total = c.total.load(std::memory_order_relaxed), mn = c.min.load(std::memory_order_relaxed),
+                  mx = c.max.load(std::memory_order_relaxed);
+    for (const auto& x : c.staged) {
+      const std::uint64_t v = x.load(std::memory_order_relaxed);
+      total += v;
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+      auto& bucket = c.buckets[histogram::bucket_of(v)];
       bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     }
+    c.total.store(total, std::memory_order_relaxed);
+    c.min.store(mn, std::memory_order_relaxed);
+    c.max.store(mx, std::memory_order_relaxed);
     c.staged_count.store(0, std::memory_order_relaxed);
   }
 
@@ -362,11 +367,17 @@ class AccumulatingProfiler {
         ks.buckets[x] = c.buckets[x].load(std::memory_order_acquire);
         ks.count += ks.buckets[x];
       }
-      const std::uint32_t staged = std::min(c.staged_count.load(std::memory_order_acquire), stage_capacity);
-      for (std::uint32_t x = 0; x < staged; ++x) ++ks.buckets[histogram::bucket_of(c.staged[x].load(std::memory_order_acquire))];
-      ks.count += staged;
       ks.total_ns = c.total.load(std::memory_order_acquire);
-      const std::uint64_t mn = c.min.load(std::memory_order_acquire), mx = c.max.load(std::memory_order_acquire);
+      std::uint64_t mn = c.min.load(std::memory_order_acquire), mx = c.max.load(std::memory_order_acquire);
+      const std::uint32_t staged = std::min(c.staged_count.load(std::memory_order_acquire), stage_capacity);
+      for (std::uint32_t x = 0; x < staged; ++x) {  // recorded, not yet folded in by the owner
+        const std::uint64_t v = c.staged[x].load(std::memory_order_acquire);
+        ++ks.buckets[histogram::bucket_of(v)];
+        ks.total_ns += v;
+        mn = std::min(mn, v);
+        mx = std::max(mx, v);
+      }
+      ks.count += staged;
       ks.min_ns = ks.count ? mn : 0;
       ks.max_ns = ks.count ? mx : 0;
     }
