@@ -3,11 +3,20 @@
 # ratios) and docs/benchmarks.png (gnuplot). Benchmarks are not tests.
 #
 # usage: scripts/bench.sh [BUILD_DIR=build/release] [MIN_TIME=0.3]
+#        scripts/bench.sh --report-only [BUILD_DIR]   (tables and plot again from the last run's results)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+report_only=0
+if [[ ${1:-} == --report-only ]]; then
+  report_only=1
+  shift
+fi
 build=${1:-build/release}
 min_time=${2:-0.3}
 results=$build/bench-results
+if ((report_only)); then
+  [[ -d $results ]] || { echo "bench.sh: no results in $results: run scripts/bench.sh first" >&2; exit 2; }
+else
 rm -rf "$results" && mkdir -p "$results"
 cmake --build "$build"
 
@@ -28,6 +37,8 @@ if [[ -x $mpi_bench ]] && command -v mpirun >/dev/null; then
   mpirun --oversubscribe --allow-run-as-root -np 2 "$mpi_bench" 9 | tee "$results/bench_mpi_link.txt"
 fi
 
+fi
+
 python3 scripts/bench_report.py "$results" docs/benchmarks.md
 if command -v gnuplot >/dev/null && [[ -s $results/plot.dat ]]; then
   pipeline_plot="" goals_plot=""
@@ -36,7 +47,7 @@ if command -v gnuplot >/dev/null && [[ -s $results/plot.dat ]]; then
       set xtics norotate; set yrange [0:1.1]; plot '$results/plot_pipeline.dat' using 0:2:xtic(1) with boxes lc rgb '#5a9e4b'"
   [[ -s $results/plot_goals.dat ]] &&
     goals_plot="set title 'Issue 12 goals: dflash / anchor, median of interleaved rounds (see the table for targets)';
-      set xtics noenhanced rotate by -15 font ',8'; set yrange [0:*]; set logscale y 10; set yrange [0.01:*];
+      set xtics noenhanced norotate font ',9'; set logscale y 10; set yrange [0.01:*];
       plot '$results/plot_goals.dat' using 0:2:xtic(1) with boxes lc rgb '#b5562f'; unset logscale y"
   gnuplot -e "set terminal pngcairo size 1000,1150 font ',10'; set output 'docs/benchmarks.png';
     set multiplot layout 3,1; set style fill solid 0.8; set boxwidth 0.6; set grid ytics; unset key;

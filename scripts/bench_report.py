@@ -98,30 +98,31 @@ def comparison_table(data):
     return "\n".join(out)
 
 
-# Issue 12's goals: (what, comparison file, shape, subject substring, anchor substring, target, higher is better)
+# Issue 12's goals: (what, plot label, comparison file, shape, subject substring, anchor substring, target,
+# higher is better)
 GOALS = [
-    ("1. Pipeline (direct_link) / tbb::parallel_pipeline, 50/20 µs, depth 8", "pipeline_vs_tbb",
+    ("1. Pipeline (direct_link) / tbb::parallel_pipeline, 50/20 µs, depth 8", "1 direct/TBB 50us", "pipeline_vs_tbb",
      "50/20 us work, depth 8", "direct_link", "tbb", 0.95, True),
-    ("1. Pipeline (queue_spec) / tbb::parallel_pipeline, 50/20 µs, depth 8", "pipeline_vs_tbb",
+    ("1. Pipeline (queue_spec) / tbb::parallel_pipeline, 50/20 µs, depth 8", "1 queue/TBB 50us", "pipeline_vs_tbb",
      "50/20 us work, depth 8", "queue_spec", "tbb", 0.95, True),
-    ("1. Pipeline (direct_link) / TBB, zero-cost stages, depth 8", "pipeline_vs_tbb",
+    ("1. Pipeline (direct_link) / TBB, zero-cost stages, depth 8", "1 direct/TBB 0us", "pipeline_vs_tbb",
      "zero-cost stages, depth 8", "direct_link", "tbb", 0.5, True),
-    ("1. Pipeline (queue_spec) / TBB, zero-cost stages, depth 8", "pipeline_vs_tbb",
+    ("1. Pipeline (queue_spec) / TBB, zero-cost stages, depth 8", "1 queue/TBB 0us", "pipeline_vs_tbb",
      "zero-cost stages, depth 8", "queue_spec", "tbb", 0.5, True),
-    ("3. bounded_queue / mutex+condvar+deque, 1P1C cap 1024", "compare_queue", "1P1C cap 1024", "bounded_queue",
+    ("3. bounded_queue / mutex+condvar+deque, 1P1C cap 1024", "3 1P1C/mutex", "compare_queue", "1P1C cap 1024", "bounded_queue",
      "mutex", 2.0, True),
-    ("3. bounded_queue / mutex+condvar+deque, 4P4C cap 1024", "compare_queue", "4P4C cap 1024", "bounded_queue",
+    ("3. bounded_queue / mutex+condvar+deque, 4P4C cap 1024", "3 4P4C/mutex", "compare_queue", "4P4C cap 1024", "bounded_queue",
      "mutex", 1.5, True),
-    ("3. bounded_queue / moodycamel BlockingConcurrentQueue, 1P1C cap 1024 (within 2×)", "compare_queue",
+    ("3. bounded_queue / moodycamel BlockingConcurrentQueue, 1P1C cap 1024 (within 2×)", "3 1P1C/moodycamel", "compare_queue",
      "1P1C cap 1024", "bounded_queue", "moodycamel", 0.5, True),
-    ("4. AccumulatingProfiler<tsc_clock> zone / bare TSC pair (cost)", "compare_profiler", "TSC clock",
+    ("4. AccumulatingProfiler<tsc_clock> zone / bare TSC pair (cost)", "4 zone/TSC pair", "compare_profiler", "TSC clock",
      "AccumulatingProfiler", "bare", 1.15, False),
 ]
 
 
 def goals_table(comparisons, plot):
     out = ["| goal | measured ratio, median [min .. max] | target | met |", "|---|---|---|---|"]
-    for what, file, shape, subject, anchor, target, higher in GOALS:
+    for what, label, file, shape, subject, anchor, target, higher in GOALS:
         data = comparisons.get(file)
         row = next((r for r in (data or {}).get("rows", []) if r["shape"] == shape and subject in r["subject"]
                     and anchor in r["anchor"]), None)
@@ -131,9 +132,9 @@ def goals_table(comparisons, plot):
             continue
         r = row["ratio_median"]
         met = r >= target if higher else r <= target
-        out.append(f"| {what} | **{r:.2f}** [{row['ratio_min']:.2f} .. {row['ratio_max']:.2f}] | "
+        out.append(f"| {what} | **{r:.3f}** [{row['ratio_min']:.2f} .. {row['ratio_max']:.2f}] | "
                    f"{'≥' if higher else '≤'} {target} | {'yes' if met else '**no**'} |")
-        plot.append((what.split(",")[0][:48], r))
+        plot.append((label, r))
     return "\n".join(out)
 
 
