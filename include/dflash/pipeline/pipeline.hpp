@@ -151,11 +151,7 @@ struct direct_hop {};
 inline void lock_spinning(std::unique_lock<std::mutex>& lk) {
   for (int i = 0; i < 128; ++i) {
     if (lk.try_lock()) return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#else
-    std::this_thread::yield();
-#endif
+    cpu_relax();
   }
   lk.lock();
 }
@@ -492,7 +488,7 @@ class Pipeline {
  private:
   template <std::size_t... I>
   static auto queues_of(std::index_sequence<I...>) -> boost::hana::tuple<std::unique_ptr<queue_type<I>>...>;
-  // The reorder buffer of an in_order stage inside a direct segment.
+  // The reorder buffer of an in_order stage (see deliver_in_order).
   template <std::size_t I>
   struct order_state {
     using value = std::conditional_t<std::is_void_v<typename stage_type<I>::input_type>, char,
@@ -774,17 +770,28 @@ class Pipeline {
 
   template <std::size_t I>
   void worker(std::size_t w) noexcept {
-    if constexpr (P::enabled) {  // trace tracks read "target_forward#2", not "thread 3"
+    name_worker<I>(w);
+    if constexpr (device_stage<I>) device_worker<I>(w);
+    else host_worker<I>(w);
+    worker_exit<I>();
+  }
+
+  // Trace tracks read "target_forward#2", not "thread 3" (stateful policies only).
+  template <std::size_t I>
+  void name_worker(std::size_t w) const noexcept {
+    if constexpr (P::enabled) {
       try {
         name_this_thread(prof_.get(), std::string(stage_type<I>::name.view()) + "#" + std::to_string(w));
       } catch (...) {  // a name is cosmetic: never a reason to stop
       }
     }
-    if constexpr (device_stage<I>) device_worker<I>(w);
-    else host_worker<I>(w);
-    // The last worker of a stage closes its output: downstream drains and ends.
+  }
+
+  // The last thread of stage I (of the direct segment I..B) closes its output: downstream drains and ends.
+  template <std::size_t I, std::size_t B = I>
+  void worker_exit() noexcept {
     if (live_[I].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      if constexpr (I < queue_count) queue<I>().close();
+      if constexpr (B < queue_count) queue<B>().close();
     }
   }
 
@@ -802,12 +809,50 @@ class Pipeline {
     return v;
   }
 
-  // Pops the next input of host stage I; a value device work was writing is
-  // waited for here, on this (the consumer's) thread.
+  // Pops the next input of host stage I, and its sequence number when items
+  // carry one; a value device work was writing is waited for here, on this
+  // (the consumer's) thread.
   template <std::size_t I>
-  auto pop_host_input() {
-    if constexpr (pending_link<I - 1>) return pop_pending<I>([this](auto ev) { dev_.backend.host_wait(ev); });
-    else return queue<I - 1>().pop();
+  std::optional<typename stage_type<I>::input_type> pop_input([[maybe_unused]] std::uint64_t& seq) {
+    if constexpr (pending_link<I - 1>) {
+      return pop_pending<I>([this](auto ev) { dev_.backend.host_wait(ev); });
+    } else if constexpr (sequenced) {
+      auto got = queue<I - 1>().pop();
+      std::optional<typename stage_type<I>::input_type> v;
+      if (got) {
+        seq = got->seq;
+        v.emplace(std::move(got->value));
+      }
+      return v;
+    } else {
+      return queue<I - 1>().pop();
+    }
+  }
+
+  // Hands stage I's output to link I, with its sequence number when items carry one.
+  template <std::size_t I>
+  bool push_output(typename stage_type<I>::output_type&& y, [[maybe_unused]] std::uint64_t seq) {
+    if constexpr (sequenced) return queue<I>().push(detail::sequenced<typename stage_type<I>::output_type>{seq, std::move(y)});
+    else return queue<I>().push(std::move(y));
+  }
+
+  // in_order stage I: runs `run(x, seq)` if x is due, then the parked items
+  // that follow it; parks x if it came early. One caller at a time (the
+  // stage's one worker, or the holder of its segment's `post`). `run` returns
+  // false when the pipeline is closing; so does this.
+  template <std::size_t I, class Run>
+  bool deliver_in_order(typename stage_type<I>::input_type&& x, std::uint64_t seq, Run&& run) {
+    auto& o = boost::hana::at_c<I>(orders_);
+    if (seq != o.next) {
+      o.early.emplace(seq, std::move(x));  // the call that brings the item due next runs it
+      return true;
+    }
+    bool ok = run(std::move(x), o.next++);
+    while (ok && !o.early.empty() && o.early.begin()->first == o.next && !cancelled()) {
+      auto node = o.early.extract(o.early.begin());
+      ok = run(std::move(node.mapped()), o.next++);
+    }
+    return ok;
   }
 
   template <std::size_t I>
@@ -819,16 +864,14 @@ class Pipeline {
     const P& prof = prof_.get();
     try {
       if constexpr (I == 0) {
-        auto& out = queue<0>();
-        [[maybe_unused]] std::uint64_t seq = 0;
+        std::uint64_t seq = 0;
         while (!cancelled() && !draining_.load(std::memory_order_acquire)) {
           auto item = timed(prof, work_key{}, [&] { return detail::call_stage(s, w); });
           if (!item) break;
           bool ok;
           {
             auto t = prof.scope(wait_key{});
-            if constexpr (sequenced) ok = out.push(detail::sequenced<typename S::output_type>{seq++, std::move(*item)});
-            else ok = out.push(std::move(*item));
+            ok = push_output<0>(std::move(*item), seq++);
           }
           if (!ok) break;
         }
@@ -838,44 +881,24 @@ class Pipeline {
           if constexpr (I + 1 < stage_count) {
             typename S::output_type y = timed(prof, work_key{}, [&] { return detail::call_stage(s, w, std::move(x)); });
             auto t = prof.scope(wait_key{});
-            if constexpr (sequenced)
-              return queue<I>().push(detail::sequenced<typename S::output_type>{seq, std::move(y)});
-            else return queue<I>().push(std::move(y));
+            return push_output<I>(std::move(y), seq);
           } else {
             timed(prof, work_key{}, [&] { detail::call_stage(s, w, std::move(x)); });
             return true;
           }
         };
-        [[maybe_unused]] std::uint64_t next = 0;                          // in_order: the seq due next
-        [[maybe_unused]] std::map<std::uint64_t, typename S::input_type> early;  // in_order: arrived before it
         for (;;) {
           std::optional<typename S::input_type> item;
-          [[maybe_unused]] std::uint64_t seq = 0;
+          std::uint64_t seq = 0;
           {
             auto t = prof.scope(wait_key{});
-            if constexpr (sequenced) {
-              auto got = queue<I - 1>().pop();
-              if (got) {
-                seq = got->seq;
-                item.emplace(std::move(got->value));
-              }
-            } else {
-              item = pop_host_input<I>();
-            }
+            item = pop_input<I>(seq);
           }
           if (!item || cancelled()) break;
-          if constexpr (in_order_at<I>) {
-            if (seq != next) {
-              early.emplace(seq, std::move(*item));
-              continue;
-            }
-            bool ok = process(std::move(*item), next++);
-            for (auto it = early.begin(); ok && it != early.end() && it->first == next; it = early.erase(it))
-              ok = !cancelled() && process(std::move(it->second), next++);
-            if (!ok) break;
-          } else {
-            if (!process(std::move(*item), seq)) break;
-          }
+          bool ok;
+          if constexpr (in_order_at<I>) ok = deliver_in_order<I>(std::move(*item), seq, process);
+          else ok = process(std::move(*item), seq);
+          if (!ok) break;
         }
       }
     } catch (const pipeline_stop&) {
@@ -902,12 +925,7 @@ class Pipeline {
     constexpr std::size_t B = segment_last<A>();
     detail::segment_sync& g = segs_[A];
     const P& prof = prof_.get();
-    if constexpr (P::enabled) {
-      try {
-        name_this_thread(prof, std::string(stage_type<A>::name.view()) + "#" + std::to_string(w));
-      } catch (...) {
-      }
-    }
+    name_worker<A>(w);
     chain c{w, parallel_stage_of<A>(shape_), std::unique_lock(g.pre, std::defer_lock),
             std::unique_lock(g.post, std::defer_lock)};
     const auto release = [&]() noexcept {  // before cancel(): a stage may throw while its thread holds a lock
@@ -927,9 +945,7 @@ class Pipeline {
       release();
       fail(std::current_exception());
     }
-    if (live_[A].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      if constexpr (B < queue_count) queue<B>().close();
-    }
+    worker_exit<A, B>();
   }
 
   // Takes the segment's next input and carries it through; false: no more input or closing.
@@ -955,34 +971,12 @@ class Pipeline {
       std::uint64_t seq = 0;
       {
         auto t = prof.scope(stage_wait_key<S::name>{});
-        if constexpr (sequenced) {
-          auto got = queue<A - 1>().pop();
-          if (got) {
-            seq = got->seq;
-            item.emplace(std::move(got->value));
-          }
-        } else {
-          item = queue<A - 1>().pop();
-        }
+        item = pop_input<A>(seq);
       }
       if (!item || cancelled()) return false;
-      if constexpr (in_order_at<A>) {  // one thread (checked): the host_worker's reorder buffer
-        auto& o = boost::hana::at_c<A>(orders_);
-        if (seq != o.next) {
-          o.early.emplace(seq, std::move(*item));
-          return true;
-        }
-        bool ok = segment_step<A, A>(std::move(*item), seq, c, prof);
-        ++o.next;
-        while (ok && !o.early.empty() && o.early.begin()->first == o.next && !cancelled()) {
-          auto node = o.early.extract(o.early.begin());
-          ok = segment_step<A, A>(std::move(node.mapped()), o.next, c, prof);
-          ++o.next;
-        }
-        return ok;
-      } else {
-        return segment_step<A, A>(std::move(*item), seq, c, prof);
-      }
+      auto step = [&](typename S::input_type&& x, std::uint64_t s) { return segment_step<A, A>(std::move(x), s, c, prof); };
+      if constexpr (in_order_at<A>) return deliver_in_order<A>(std::move(*item), seq, step);  // one thread (checked)
+      else return step(std::move(*item), seq);
     }
   }
 
@@ -1037,19 +1031,14 @@ class Pipeline {
       }
     }
     if (cancelled()) return false;
-    if (seq != o.next) {
-      o.early.emplace(seq, std::move(x));  // the thread with the item due next runs it
-      return true;
+    const bool due = seq == o.next;
+    const bool ok = deliver_in_order<K>(std::move(x), seq, [&](typename stage_type<K>::input_type&& v, std::uint64_t s) {
+      return segment_call<K, A>(std::move(v), s, c, prof);
+    });
+    if (due) {
+      c.post.unlock();
+      g.turn.notify_all();  // the item due next, or room in the window
     }
-    bool ok = segment_call<K, A>(std::move(x), seq, c, prof);
-    ++o.next;
-    while (ok && !o.early.empty() && o.early.begin()->first == o.next && !cancelled()) {
-      auto node = o.early.extract(o.early.begin());
-      ok = segment_call<K, A>(std::move(node.mapped()), o.next, c, prof);
-      ++o.next;
-    }
-    c.post.unlock();
-    g.turn.notify_all();  // the item due next, or room in the window
     return ok;
   }
 
@@ -1069,8 +1058,7 @@ class Pipeline {
         return segment_step<K + 1, A>(std::move(y), seq, c, prof);
       } else {
         auto t = prof.scope(stage_wait_key<S::name>{});
-        if constexpr (sequenced) return queue<K>().push(detail::sequenced<typename S::output_type>{seq, std::move(y)});
-        else return queue<K>().push(std::move(y));
+        return push_output<K>(std::move(y), seq);
       }
     }
   }

@@ -57,6 +57,16 @@
 namespace dflash {
 
 namespace detail {
+/// One step of a spin-wait: the pause hint on x86 (the sibling hyperthread
+/// runs on), a yield elsewhere.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
 /// steady_clock::now() + timeout, saturated at time_point::max() ("forever")
 /// instead of overflowing; zero or negative = now. The comparison runs in
 /// long double, so hours::max() or an infinite duration<double> cannot
@@ -197,14 +207,6 @@ class bounded_queue {
   }
   static std::int64_t diff(std::uint64_t a, std::uint64_t b) noexcept { return static_cast<std::int64_t>(a - b); }
 
-  static void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#else
-    std::this_thread::yield();
-#endif
-  }
-
   // `locked`: the caller holds m_ (a parker's check), so a wake-up must not lock it again.
   // On `full`, *in_flight tells whether the pop that frees the blocking slot has
   // already claimed it (its release, and so our room, is imminent).
@@ -333,7 +335,7 @@ class bounded_queue {
                 std::condition_variable& cv, const time_point* deadline) {
     bool in_flight = false;
     for (int i = 0; i < spin_rounds; ++i) {
-      cpu_relax();
+      detail::cpu_relax();
       if (attempt(false, in_flight)) return true;
     }
     for (int i = 0; i < 4; ++i) {
