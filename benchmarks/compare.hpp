@@ -55,16 +55,22 @@ struct comparison {
       const stats a = summarize(v[i]), q = summarize(ratio);
       std::printf("%-28s %-34s %12.3f %s  [%.3f .. %.3f]   ours/this %.2f [%.2f .. %.2f]\n", shape.c_str(),
                   subjects[i].name.c_str(), a.median, unit.c_str(), a.min, a.max, q.median, q.min, q.max);
-      char buf[1024];
-      std::snprintf(buf, sizeof buf,
-                    "{\"shape\":\"%s\",\"subject\":\"%s\",\"anchor\":\"%s\",\"unit\":\"%s\",\"rounds\":%d,"
-                    "\"subject_median\":%.6g,\"anchor_median\":%.6g,\"ratio_median\":%.4f,\"ratio_min\":%.4f,"
-                    "\"ratio_max\":%.4f}",
-                    shape.c_str(), subjects[0].name.c_str(), subjects[i].name.c_str(), unit.c_str(), rounds,
-                    ours.median, a.median, q.median, q.min, q.max);
-      rows.emplace_back(buf);
+      add_row(shape, subjects[0].name, subjects[i].name, rounds, ours.median, a.median, q);
     }
     std::fflush(stdout);
+  }
+
+  /// One JSON row (what run() records per anchor); `extra` = more `"key":value` pairs, or empty.
+  void add_row(const std::string& shape, const std::string& subject, const std::string& anchor, int rounds,
+               double subject_median, double anchor_median, const stats& ratio, const std::string& extra = {}) {
+    char buf[1024];
+    std::snprintf(buf, sizeof buf,
+                  "{\"shape\":\"%s\",\"subject\":\"%s\",\"anchor\":\"%s\",\"unit\":\"%s\",\"rounds\":%d,"
+                  "\"subject_median\":%.6g,\"anchor_median\":%.6g,\"ratio_median\":%.4f,\"ratio_min\":%.4f,"
+                  "\"ratio_max\":%.4f%s%s}",
+                  shape.c_str(), subject.c_str(), anchor.c_str(), unit.c_str(), rounds, subject_median, anchor_median,
+                  ratio.median, ratio.min, ratio.max, extra.empty() ? "" : ",", extra.c_str());
+    rows.emplace_back(buf);
   }
 
   void write(int argc, char** argv) const {

@@ -1,5 +1,5 @@
 // dflash::Pipeline against tbb::parallel_pipeline on the same stages, in one
-// process, rounds interleaved (dflash, tbb, dflash, tbb, ...):
+// process, rounds interleaved (the order of the three subjects rotates each round):
 //   source -> 2 parallel workers x W us busy work -> serial in-order S us -> sink
 // dflash twice: stages joined by queues (a thread per worker), and by direct
 // links (the segment runs on the two workers' threads, as TBB runs its filters).
@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -148,10 +147,7 @@ long long run_tbb(costs c, std::size_t depth) {
   return sum;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
+double median(const std::vector<double>& v) { return dflash_bench::summarize(v).median; }
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,37 +206,24 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& cf : cfgs) {
     for (const bool direct : {false, true}) {
-      const auto& r = direct ? cf.ratio_direct : cf.ratio;
-      const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
+      const auto q = dflash_bench::summarize(direct ? cf.ratio_direct : cf.ratio);
       std::printf("| %s | %zu | %s | %.2f | %.2f-%.2f | %.2f | %.2f | %.0f |\n", cf.what, cf.depth,
-                  direct ? "direct_link" : "queue_spec", median(r), *lo, *hi, median(direct ? cf.cpu_direct : cf.cpu_d),
+                  direct ? "direct_link" : "queue_spec", q.median, q.min, q.max, median(direct ? cf.cpu_direct : cf.cpu_d),
                   median(cf.cpu_t), median(cf.tput_t));
     }
   }
   // --benchmark_out=PATH (from scripts/bench.sh): the comparison JSON of compare.hpp, plus CPU per item.
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--benchmark_out=", 0) != 0) continue;
-    std::ofstream f(a.substr(16));
-    f << "{\"comparison\":\"pipeline\",\"skipped\":[],\"rows\":[";
-    bool first = true;
-    for (const auto& cf : cfgs)
-      for (const bool direct : {false, true}) {
-        const auto& r = direct ? cf.ratio_direct : cf.ratio;
-        const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
-        char buf[1024];
-        std::snprintf(buf, sizeof buf,
-                      "%s\n{\"shape\":\"%s, depth %zu\",\"subject\":\"dflash::Pipeline (%s)\","
-                      "\"anchor\":\"tbb::parallel_pipeline\",\"unit\":\"items/s\",\"rounds\":%d,"
-                      "\"subject_median\":%.6g,\"anchor_median\":%.6g,\"ratio_median\":%.4f,\"ratio_min\":%.4f,"
-                      "\"ratio_max\":%.4f,\"subject_cpu_us_per_item\":%.3f,\"anchor_cpu_us_per_item\":%.3f}",
-                      first ? "" : ",", cf.what, cf.depth, direct ? "direct_link" : "queue_spec", rounds,
-                      median(direct ? cf.tput_x : cf.tput_d), median(cf.tput_t), median(r), *lo, *hi,
-                      median(direct ? cf.cpu_direct : cf.cpu_d), median(cf.cpu_t));
-        f << buf;
-        first = false;
-      }
-    f << "]}\n";
-  }
+  dflash_bench::comparison cmp{"pipeline", "items/s", {}, {}};
+  for (const auto& cf : cfgs)
+    for (const bool direct : {false, true}) {
+      char shape[128], extra[160];
+      std::snprintf(shape, sizeof shape, "%s, depth %zu", cf.what, cf.depth);
+      std::snprintf(extra, sizeof extra, "\"subject_cpu_us_per_item\":%.3f,\"anchor_cpu_us_per_item\":%.3f",
+                    median(direct ? cf.cpu_direct : cf.cpu_d), median(cf.cpu_t));
+      cmp.add_row(shape, direct ? "dflash::Pipeline (direct_link)" : "dflash::Pipeline (queue_spec)",
+                  "tbb::parallel_pipeline", rounds, median(direct ? cf.tput_x : cf.tput_d), median(cf.tput_t),
+                  dflash_bench::summarize(direct ? cf.ratio_direct : cf.ratio), extra);
+    }
+  cmp.write(argc, argv);
   return 0;
 }
