@@ -2,6 +2,8 @@
 #include <dflash/profile.hpp>
 #include <dflash/queue/bounded_queue.hpp>
 
+#include "watchdog.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -33,12 +35,14 @@ void wait_until(Pred pred) {
 }  // namespace
 
 TEST_CASE("capacity 0 is rejected with a clear message", "[bounded_queue]") {
+  watchdog wd("capacity 0 is rejected with a clear message");
   using named = bounded_queue<int, dflash::NullProfiler, "hs_queue">;
   CHECK_THROWS_MATCHES(named(0), std::invalid_argument,
                        Catch::Matchers::Message("dflash::bounded_queue 'hs_queue': capacity must be at least 1 (got 0)"));
 }
 
 TEST_CASE("FIFO order, try_push when full, try_pop when empty", "[bounded_queue]") {
+  watchdog wd("FIFO order, try_push when full, try_pop when empty");
   bounded_queue<int> q(3);
   CHECK(q.capacity() == 3);
   CHECK(q.empty());
@@ -57,6 +61,7 @@ TEST_CASE("FIFO order, try_push when full, try_pop when empty", "[bounded_queue]
 }
 
 TEST_CASE("close: pops drain what is left, pushes fail and keep their argument", "[bounded_queue]") {
+  watchdog wd("close: pops drain what is left, pushes fail and keep their argument");
   bounded_queue<std::unique_ptr<int>> q(4);
   REQUIRE(q.push(std::make_unique<int>(7)));
   REQUIRE(q.push(std::make_unique<int>(8)));
@@ -81,6 +86,7 @@ TEST_CASE("close: pops drain what is left, pushes fail and keep their argument",
 }
 
 TEST_CASE("close() wakes a pop blocked on an empty queue", "[bounded_queue]") {
+  watchdog wd("close() wakes a pop blocked on an empty queue");
   bounded_queue<int> q(2);
   std::optional<int> got = 42;
   std::thread t([&] { got = q.pop(); });
@@ -92,6 +98,7 @@ TEST_CASE("close() wakes a pop blocked on an empty queue", "[bounded_queue]") {
 }
 
 TEST_CASE("close() wakes every push blocked on a full queue", "[bounded_queue]") {
+  watchdog wd("close() wakes every push blocked on a full queue");
   bounded_queue<int> q(1);
   REQUIRE(q.push(0));
   std::atomic<int> failed{0};
@@ -109,6 +116,7 @@ TEST_CASE("close() wakes every push blocked on a full queue", "[bounded_queue]")
 }
 
 TEST_CASE("timeouts: push_for on a full queue and pop_for on an empty one", "[bounded_queue]") {
+  watchdog wd("timeouts: push_for on a full queue and pop_for on an empty one");
   bounded_queue<int> q(1);
   using sc = std::chrono::steady_clock;
   auto t0 = sc::now();
@@ -125,6 +133,7 @@ TEST_CASE("timeouts: push_for on a full queue and pop_for on an empty one", "[bo
 }
 
 TEST_CASE("a pop_for woken by a push returns the item before its deadline", "[bounded_queue]") {
+  watchdog wd("a pop_for woken by a push returns the item before its deadline");
   bounded_queue<int> q(1);
   std::optional<int> got;
   std::thread t([&] { got = q.pop_for(60s); });
@@ -177,6 +186,7 @@ void push_for_blocks_until_pop(D timeout) {
 }  // namespace
 
 TEST_CASE("push_for / pop_for with a 'forever' timeout wait (deadline saturates)", "[bounded_queue]") {
+  watchdog wd("push_for / pop_for with a 'forever' timeout wait (deadline saturates)");
   using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
   SECTION("nanoseconds::max") {
     pop_for_blocks_until_push(std::chrono::nanoseconds::max());
@@ -202,6 +212,7 @@ TEST_CASE("push_for / pop_for with a 'forever' timeout wait (deadline saturates)
 }
 
 TEST_CASE("push_for / pop_for reject a NaN timeout", "[bounded_queue]") {
+  watchdog wd("push_for / pop_for reject a NaN timeout");
   bounded_queue<int> q(1);
   const std::chrono::duration<double> nan(std::numeric_limits<double>::quiet_NaN());
   CHECK_THROWS_WITH(q.pop_for(nan), Catch::Matchers::Contains("timeout is NaN"));
@@ -211,6 +222,7 @@ TEST_CASE("push_for / pop_for reject a NaN timeout", "[bounded_queue]") {
 }
 
 TEST_CASE("queue_keys names the two wait keys of a queue", "[bounded_queue][keys]") {
+  watchdog wd("queue_keys names the two wait keys of a queue");
   using k = dflash::queue_keys<"hs_queue">;
   STATIC_REQUIRE(std::is_same_v<k, dflash::key_set<"hs_queue.push_wait", "hs_queue.pop_wait">>);
   STATIC_REQUIRE(std::is_same_v<bounded_queue<int, dflash::NullProfiler, "hs_queue">::keys, k>);
@@ -220,12 +232,14 @@ TEST_CASE("queue_keys names the two wait keys of a queue", "[bounded_queue][keys
 }
 
 TEST_CASE("a NullProfiler queue holds no profiler state", "[bounded_queue][keys]") {
+  watchdog wd("a NullProfiler queue holds no profiler state");
   // The stateful queue carries exactly one pointer more: the profiler handle.
   using accumulating = bounded_queue<int, dflash::AccumulatingProfiler<dflash::queue_keys<"queue">>>;
   STATIC_REQUIRE(sizeof(accumulating) == sizeof(bounded_queue<int>) + sizeof(void*));
 }
 
 TEST_CASE("wait time is recorded under <name>.push_wait and <name>.pop_wait", "[bounded_queue][keys]") {
+  watchdog wd("wait time is recorded under <name>.push_wait and <name>.pop_wait");
   using prof_t = dflash::AccumulatingProfiler<dflash::queue_keys<"hs">, manual_clock>;
   manual_clock::set(manual_clock::time_point{});
   prof_t prof;
@@ -314,11 +328,13 @@ void mpmc_round(Q& q, int producers, int consumers, int per) {
 }  // namespace
 
 TEST_CASE("MPMC: 2 producers x 2 consumers, FIFO per producer, nothing lost", "[bounded_queue]") {
+  watchdog wd("MPMC: 2 producers x 2 consumers, FIFO per producer, nothing lost");
   bounded_queue<item> q(8);
   mpmc_round(q, 2, 2, 20'000);
 }
 
 TEST_CASE("stress: 4 producers x 4 consumers x 250000 items, profiled", "[bounded_queue][stress]") {
+  watchdog wd("stress: 4 producers x 4 consumers x 250000 items, profiled", 300s);
   using prof_t = dflash::AccumulatingProfiler<dflash::queue_keys<"stress">>;
   prof_t prof;
   bounded_queue<item, prof_t, "stress"> q(64, prof);
@@ -334,13 +350,14 @@ TEST_CASE("stress: 4 producers x 4 consumers x 250000 items, profiled", "[bounde
 // threads per side. A lost wake-up is a hang; the watchdog turns it into a
 // failure instead of a CI timeout.
 TEST_CASE("parking: no wake-up is lost when pushers and poppers park in turn", "[bounded_queue][parking]") {
+  watchdog wd("parking: no wake-up is lost when pushers and poppers park in turn", 120s);
   for (const std::size_t cap : {std::size_t{1}, std::size_t{3}}) {
     CAPTURE(cap);
     bounded_queue<item> q(cap);
     constexpr int producers = 3, consumers = 3, per = 1500;
     std::atomic<int> popped{0};
     std::atomic<bool> finished{false}, watchdog_fired{false};
-    std::thread watchdog([&] {
+    std::thread closer([&] {
       const auto deadline = std::chrono::steady_clock::now() + 60s;
       while (!finished.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
       if (!finished.load()) {
@@ -371,7 +388,7 @@ TEST_CASE("parking: no wake-up is lost when pushers and poppers park in turn", "
     q.close();
     for (auto& t : ts) t.join();
     finished = true;
-    watchdog.join();
+    closer.join();
     CHECK_FALSE(watchdog_fired.load());  // fired = some thread slept through its wake-up
     CHECK(popped.load() == producers * per);
     int wrong = 0;
@@ -402,6 +419,7 @@ struct gated {
 // Review finding: a pop_for whose position a push had claimed but not yet
 // published spun past its deadline until the publish.
 TEST_CASE("pop_for keeps its deadline while a claimed push has not published yet", "[bounded_queue][parking]") {
+  watchdog wd("pop_for keeps its deadline while a claimed push has not published yet");
   gated::entered = false;
   gated::release = false;
   bounded_queue<gated> q(4);
@@ -424,6 +442,7 @@ TEST_CASE("pop_for keeps its deadline while a claimed push has not published yet
 // Review finding: a push whose constructor threw after it had blocked left
 // blocked_pushers() (and the parked count) raised for good.
 TEST_CASE("a blocked push whose constructor throws leaves no waiter counted", "[bounded_queue][parking]") {
+  watchdog wd("a blocked push whose constructor throws leaves no waiter counted");
   bounded_queue<gated> q(1);
   REQUIRE(q.push(1));
   std::exception_ptr err;
@@ -449,4 +468,130 @@ TEST_CASE("a blocked push whose constructor throws leaves no waiter counted", "[
   CHECK(q.pop()->v == 2);
   late.join();
   CHECK(q.pop()->v == 3);
+}
+
+// ---- a claim in flight meets a blocking call without a deadline -----------------
+namespace {
+struct gate {
+  std::atomic<bool> entered{false}, open{false};
+  void pass() {
+    entered = true;
+    while (!open.load()) std::this_thread::yield();
+  }
+};
+// Its construction from a gate blocks until the gate opens: a push that has
+// claimed its position but not published it.
+struct slow_construct {
+  int v = 1;
+  explicit slow_construct(gate* g) { g->pass(); }
+  slow_construct(slow_construct&&) = default;
+  slow_construct& operator=(slow_construct&&) = default;
+};
+// Its move blocks until the gate opens: a pop that has claimed its position
+// but not yet handed the slot back.
+struct slow_move {
+  gate* g;
+  explicit slow_move(gate* gg) : g(gg) {}
+  slow_move(slow_move&& o) noexcept : g(o.g) {
+    if (g) g->pass();
+  }
+  slow_move& operator=(slow_move&& o) noexcept {
+    g = o.g;
+    return *this;
+  }
+};
+
+// Waits up to 10 s (generous: the call returns within microseconds of the
+// gate opening) for `done`; false = it slept through the publish.
+bool returns_within_10s(const std::atomic<bool>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done.load()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(100us);
+  }
+  return true;
+}
+}  // namespace
+
+// A pop() that finds its position claimed by a push that has not published
+// yet must not sleep: that push read the "pop parked" bit before the pop set
+// it, so its publish wakes no one. Each round parks the pop (past its spin
+// phase) while the push is held inside its constructor, then lets it publish.
+// A pop that sleeps through it fails the round in 10 s (it is then freed by close()).
+TEST_CASE("pop() meeting a claimed, unpublished push never sleeps through its publish", "[bounded_queue][parking]") {
+  watchdog wd("pop vs claimed push", 120s);
+  for (int round = 0; round < 100; ++round) {
+    CAPTURE(round);
+    bounded_queue<slow_construct> q(1);
+    gate g;
+    std::thread pusher([&] { (void)q.push(&g); });
+    wait_until([&] { return g.entered.load(); });
+    std::atomic<bool> popped{false};
+    std::optional<slow_construct> got;
+    std::thread popper([&] {
+      got = q.pop();
+      popped = true;
+    });
+    wait_until([&] { return q.blocked_poppers() == 1; });
+    std::this_thread::sleep_for(2ms);  // past the spin phase: at the parking step
+    g.open = true;
+    const bool ok = returns_within_10s(popped);
+    if (!ok) q.close();
+    pusher.join();
+    popper.join();
+    REQUIRE(ok);
+    CHECK(got.has_value());
+  }
+}
+
+// The mirror: a push() on a full queue whose blocking slot a pop has claimed
+// but not handed back yet.
+TEST_CASE("push() meeting a claimed, unfinished pop never sleeps through its release", "[bounded_queue][parking]") {
+  watchdog wd("push vs claimed pop", 120s);
+  for (int round = 0; round < 100; ++round) {
+    CAPTURE(round);
+    bounded_queue<slow_move> q(1);
+    gate g, open_gate;
+    open_gate.open = true;
+    REQUIRE(q.push(&g));  // constructed in place: the gate is not passed yet
+    std::thread popper([&] { (void)q.pop(); });  // blocks moving the item out
+    wait_until([&] { return g.entered.load(); });
+    std::atomic<bool> pushed{false};
+    bool accepted = false;
+    std::thread pusher([&] {
+      accepted = q.push(&open_gate);
+      pushed = true;
+    });
+    wait_until([&] { return q.blocked_pushers() == 1; });
+    std::this_thread::sleep_for(2ms);
+    g.open = true;
+    const bool ok = returns_within_10s(pushed);
+    if (!ok) q.close();
+    popper.join();
+    pusher.join();
+    REQUIRE(ok);
+    CHECK(accepted);
+  }
+}
+
+// The contract device links rely on: try_push may say "full" below capacity
+// while a pop of the blocking slot is half done; push() waits it out.
+TEST_CASE("try_push can report full while a pop is half done; push() then succeeds", "[bounded_queue]") {
+  watchdog wd("try_push contract");
+  bounded_queue<slow_move> q(1);
+  gate g, open_gate;
+  open_gate.open = true;
+  REQUIRE(q.push(&g));
+  std::thread popper([&] { (void)q.pop(); });
+  wait_until([&] { return g.entered.load(); });  // the pop has claimed the only slot
+  CHECK(q.size() == 0);                            // nothing left to pop...
+  CHECK(q.try_push(&open_gate) == queue_status::full);  // ...and still no free slot
+  std::thread opener([&] {
+    std::this_thread::sleep_for(5ms);
+    g.open = true;
+  });
+  CHECK(q.push(&open_gate));
+  opener.join();
+  popper.join();
+  CHECK(q.size() == 1);
 }

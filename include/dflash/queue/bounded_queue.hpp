@@ -124,7 +124,11 @@ class bounded_queue {
     return push_until(std::forward<U>(v), nullptr) == queue_status::ok;
   }
 
-  /// Never blocks: ok, full or closed.
+  /// Never blocks: ok, full or closed. "full" means no slot is free at this
+  /// instant, which includes a slot whose pop has claimed it but not yet
+  /// finished moving the item out: try_push can report full while size() <
+  /// capacity(). A caller that knows room exists (at most capacity items ever
+  /// in flight) must use push(), which waits for that pop to finish.
   template <class U>
     requires std::constructible_from<T, U&&>
   [[nodiscard]] queue_status try_push(U&& v) {
@@ -162,6 +166,17 @@ class bounded_queue {
     not_empty_.notify_all();
   }
 
+  /// The largest capacity the position encoding serves (far beyond any memory).
+  static constexpr std::size_t max_capacity = std::size_t{1} << 61;
+  /// The one validation of a capacity or link depth (queues, device links):
+  /// std::invalid_argument "<who>: capacity must be ..." for 0 or > max_capacity.
+  static void check_capacity(std::size_t capacity, std::string_view who) {
+    if (capacity == 0) throw std::invalid_argument(std::string(who) + ": capacity must be at least 1 (got 0)");
+    if (capacity > max_capacity)
+      throw std::invalid_argument(std::string(who) + ": capacity must be at most 2^61 (got " +
+                                  std::to_string(capacity) + ")");
+  }
+
   [[nodiscard]] bool closed() const noexcept { return (enq_.load(std::memory_order_acquire) & closed_bit) != 0; }
   /// Items in the queue (reserved pushes minus reserved pops; exact when quiescent).
   [[nodiscard]] std::size_t size() const noexcept {
@@ -193,12 +208,7 @@ class bounded_queue {
   };
 
   static std::size_t checked(std::size_t capacity) {
-    if (capacity == 0)
-      throw std::invalid_argument("dflash::bounded_queue '" + std::string(Name.view()) +
-                                  "': capacity must be at least 1 (got 0)");
-    if (capacity > (std::size_t{1} << 61))
-      throw std::invalid_argument("dflash::bounded_queue '" + std::string(Name.view()) +
-                                  "': capacity must be at most 2^61 (got " + std::to_string(capacity) + ")");
+    check_capacity(capacity, "dflash::bounded_queue '" + std::string(Name.view()) + "'");
     return capacity;
   }
 
