@@ -157,7 +157,7 @@ TEST_CASE("device_channel: the host blocks only when K items are in flight (back
   std::thread t([&] {
     auto third = ch.acquire(s);
     got_third = third.has_value();
-    if (third) ch.abandon(std::move(*third));
+    if (third) ch.abandon(std::move(*third), s);
   });
   std::this_thread::sleep_for(30ms);
   CHECK_FALSE(got_third.load());  // both slots in flight
@@ -168,7 +168,7 @@ TEST_CASE("device_channel: the host blocks only when K items are in flight (back
   ch.release(std::move(*r), s);
   t.join();
   CHECK(got_third.load());
-  ch.abandon(std::move(*c));
+  ch.abandon(std::move(*c), s);
   b.synchronize(st);
   b.destroy_stream(st);
 }
@@ -207,7 +207,7 @@ TEST_CASE("device_channel: close drains published items; cancel wakes blocked pr
     cons.join();
     CHECK(producer_got == false);
     CHECK(consumer_got == false);
-    ch.abandon(std::move(*held));
+    ch.abandon(std::move(*held), s);
   }
   {
     dflash::device_channel<slot> ch(b, 3);  // free slots left, but cancelled: no more slots handed out
@@ -289,4 +289,70 @@ TEST_CASE("device_channel: depth 0 is rejected with a clear error", "[device][ch
   B b;
   CHECK_THROWS_WITH((dflash::device_channel<slot, dflash::NullProfiler, "hs">(b, 0)),
                     Catch::Contains("'hs': depth must be at least 1"));
+}
+
+namespace {
+// Work on a slot that finishes late: writes `value` into every word after `ms`.
+void late_write(const DS& s, int* d, int value, int ms) {
+  s.enqueue([d, value, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    for (std::size_t i = 0; i < words; ++i) std::atomic_ref<int>(d[i]).store(value, std::memory_order_relaxed);
+  });
+}
+void write_now(const DS& s, int* d, int value) {
+  s.enqueue([d, value] {
+    for (std::size_t i = 0; i < words; ++i) std::atomic_ref<int>(d[i]).store(value, std::memory_order_relaxed);
+  });
+}
+int words_equal_to(const int* d, int value) {
+  int n = 0;
+  for (std::size_t i = 0; i < words; ++i) n += std::atomic_ref<const int>(d[i]).load(std::memory_order_relaxed) == value;
+  return n;
+}
+}  // namespace
+
+// A producer that enqueued work on a slot and then gives it back unpublished
+// (a source that found itself exhausted, or a publish after close) must not let
+// the next producer, on another stream, write the slot under that work.
+TEST_CASE("device_channel: a slot given back unpublished is reused only after the work enqueued on it",
+          "[device][channel]") {
+  watchdog wd("channel abandon / publish after close");
+  B b;
+  auto sa = b.create_stream(), sb = b.create_stream();
+  const DS a(b, sa), bs(b, sb);
+  for (const bool via_close : {false, true}) {
+    CAPTURE(via_close);
+    dflash::device_channel<slot> ch(b, 1);
+    auto r = ch.acquire(a);
+    REQUIRE(r);
+    int* d = r->item().data.ensure(words, a);
+    late_write(a, d, 1, 40);  // A's work on the slot ends ~40 ms from now
+    if (via_close) {
+      ch.close();
+      CHECK_FALSE(ch.publish(std::move(*r), a));  // closed: dropped, the slot goes back
+    } else {
+      ch.abandon(std::move(*r), a);
+    }
+    auto r2 = ch.acquire(bs);  // producer B, another stream
+    REQUIRE(r2);
+    REQUIRE(r2->item().data.data() == d);  // K = 1: the same slot
+    write_now(bs, d, 2);                   // must run after A's late write, not before it
+    b.synchronize(sb);
+    b.synchronize(sa);
+    CHECK(words_equal_to(d, 2) == static_cast<int>(words));  // B's data, not overwritten by A's late work
+    ch.abandon(std::move(*r2), bs);
+  }
+  b.synchronize(sa);
+  b.synchronize(sb);
+  b.destroy_stream(sa);
+  b.destroy_stream(sb);
+}
+
+TEST_CASE("device_channel: a depth no queue could hold is rejected as for bounded_queue, not as bad_alloc",
+          "[device][channel]") {
+  B b;
+  CHECK_THROWS_AS((dflash::device_channel<slot, dflash::NullProfiler, "hs">(b, (std::size_t{1} << 61) + 1)),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH((dflash::device_channel<slot, dflash::NullProfiler, "hs">(b, (std::size_t{1} << 61) + 1)),
+                    Catch::Contains("'hs': capacity must be at most 2^61"));
 }

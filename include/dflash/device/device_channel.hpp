@@ -142,17 +142,22 @@ class device_channel {
   }
 
   /// Hands a filled slot to the consumers: records `ready` on `s` (after the
-  /// work that fills it). false: cancelled, the item is dropped (slot recycled).
+  /// work that fills it). false: closed or cancelled; the item is dropped and
+  /// the slot recycled once the work enqueued on `s` is done with it.
   bool publish(slot_ref&& r, const stream_type& s) {
     const std::size_t i = take(r);
     b_.record(slots_[i].ready, s.native());
-    if (ready_.try_push(i) == queue_status::ok) return true;  // never full: at most K handles exist
-    (void)free_.try_push(i);
+    // A blocking push: only K handles exist, so the ready list always has room,
+    // but try_push can still see "full" while a consumer's pop of the slot
+    // before it is half done; push() waits those few instructions out.
+    if (ready_.push(i)) return true;
+    recycle(i, s);
     return false;
   }
 
-  /// Returns a slot that was acquired but not filled.
-  void abandon(slot_ref&& r) noexcept { (void)free_.try_push(take(r)); }
+  /// Returns a slot that was acquired but not published. Work `s` enqueued on
+  /// it may still run: the next producer of the slot waits for it.
+  void abandon(slot_ref&& r, const stream_type& s) { recycle(take(r), s); }
 
   /// No more items will be published: consumers drain what is there, then pop() is empty.
   void close() noexcept { ready_.close(); }
@@ -179,11 +184,7 @@ class device_channel {
 
   /// Returns a read slot: records `consumed` on `s` (after the work that reads
   /// it); the next producer of this slot waits for it.
-  void release(slot_ref&& r, const stream_type& s) {
-    const std::size_t i = take(r);
-    b_.record(slots_[i].consumed, s.native());
-    (void)free_.try_push(i);
-  }
+  void release(slot_ref&& r, const stream_type& s) { recycle(take(r), s); }
 
   [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
   [[nodiscard]] bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
@@ -200,7 +201,16 @@ class device_channel {
     if (depth == 0)
       throw std::invalid_argument("dflash::device_channel '" + std::string(Name.view()) +
                                   "': depth must be at least 1 (got 0)");
+    bounded_queue<std::size_t>::check_capacity(depth, "dflash::device_channel '" + std::string(Name.view()) + "'");
     return depth;
+  }
+  // The slot goes back to the free list behind an event on the stream that
+  // last used it: whoever acquires it next waits for that work, whatever
+  // stream it runs on. A blocking push for the reason publish() gives; it
+  // fails only after cancel(), when no one acquires again.
+  void recycle(std::size_t i, const stream_type& s) {
+    b_.record(slots_[i].consumed, s.native());
+    (void)free_.push(i);
   }
   static std::size_t take(slot_ref& r) {
     if (r.s_ == nullptr) throw std::logic_error("dflash::device_channel: slot handed back twice");
