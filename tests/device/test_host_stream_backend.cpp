@@ -1,6 +1,7 @@
 // The host twin behaves like a CUDA stream/event pair: work runs later, on
 // another thread, in order; waits order streams; errors are sticky.
 #include <catch2/catch.hpp>
+#include <dflash/device/device_stream.hpp>
 #include <dflash/device/host_stream_backend.hpp>
 
 #include "watchdog.hpp"
@@ -134,4 +135,38 @@ TEST_CASE("host twin: deallocate is stream-ordered; timing events give elapsed t
   b.destroy_event(a);
   b.destroy_event(z);
   b.destroy_stream(s);
+}
+
+TEST_CASE("host twin: a copy from or to null poisons the stream, as cudaMemcpyAsync's error would surface",
+          "[device][twin]") {
+  watchdog wd("twin null copy");
+  B b;
+  auto s = b.create_stream();
+  int src[4] = {1, 2, 3, 4}, dst[4] = {};
+  b.copy(nullptr, src, sizeof src, s);  // killed the process on the stream thread before it was validated
+  CHECK_THROWS_WITH(b.synchronize(s), Catch::Contains("destination is null"));
+  auto s2 = b.create_stream();
+  b.copy(dst, nullptr, sizeof dst, s2);
+  CHECK_THROWS_WITH(b.synchronize(s2), Catch::Contains("source is null"));
+  b.copy(nullptr, nullptr, 0, s);  // zero bytes: nothing to validate, as in CUDA
+  b.destroy_stream(s);
+  b.destroy_stream(s2);
+}
+
+TEST_CASE("device_buffer / host_buffer: a size whose bytes overflow size_t is a length_error, not a tiny block",
+          "[device][twin]") {
+  B b;
+  auto st = b.create_stream();
+  const dflash::device_stream<B> s(b, st);
+  dflash::device_buffer<double, B> d;
+  dflash::host_buffer<double, B> h;
+  const std::size_t huge = (std::size_t{1} << 61) + 1;  // * 8 wraps to 8 bytes
+  CHECK_THROWS_AS(d.ensure(huge, s), std::length_error);
+  CHECK_THROWS_AS(h.ensure(huge, b), std::length_error);
+  CHECK(d.size() == 0);  // nothing changed: no size that the memory does not back
+  CHECK(h.size() == 0);
+  CHECK(d.ensure(3, s) != nullptr);
+  CHECK(d.size() == 3);
+  b.synchronize(st);
+  b.destroy_stream(st);
 }

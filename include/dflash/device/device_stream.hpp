@@ -16,12 +16,26 @@
 
 #include <concepts>
 #include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "dflash/device/backend.hpp"
 
 namespace dflash {
+
+namespace detail {
+/// n elements of `elem` bytes, or std::length_error when the product does not
+/// fit size_t (it would wrap to a small allocation that later writes overrun).
+inline std::size_t checked_bytes(std::size_t n, std::size_t elem, const char* who) {
+  if (elem != 0 && n > std::numeric_limits<std::size_t>::max() / elem)
+    throw std::length_error(std::string(who) + ": " + std::to_string(n) + " elements of " + std::to_string(elem) +
+                            " bytes overflow size_t");
+  return n * elem;
+}
+}  // namespace detail
 
 /// A backend and one of its streams: the argument device stages receive.
 template <DeviceBackend B>
@@ -71,13 +85,15 @@ class device_buffer {
   }
 
   /// Room for n elements (size() becomes n); returns data().
+  /// std::length_error if n * sizeof(T) does not fit size_t.
   T* ensure(std::size_t n, const device_stream<B>& s) {
     if (n > cap_ || p_ == nullptr) {
+      const std::size_t bytes = detail::checked_bytes(n == 0 ? 1 : n, sizeof(T), "dflash::device_buffer::ensure");
       if (p_) s.backend().deallocate(p_, s.native());
       p_ = nullptr;
       cap_ = 0;
       b_ = &s.backend();
-      p_ = static_cast<T*>(b_->allocate((n == 0 ? 1 : n) * sizeof(T), s.native()));
+      p_ = static_cast<T*>(b_->allocate(bytes, s.native()));
       cap_ = n == 0 ? 1 : n;
     }
     size_ = n;
@@ -108,13 +124,16 @@ class host_buffer {
   ~host_buffer() {
     if (p_) b_->deallocate_host(p_);
   }
+  /// Room for n elements (size() becomes n); returns data().
+  /// std::length_error if n * sizeof(T) does not fit size_t.
   T* ensure(std::size_t n, B& b) {
     if (n > cap_ || p_ == nullptr) {
+      const std::size_t bytes = detail::checked_bytes(n == 0 ? 1 : n, sizeof(T), "dflash::host_buffer::ensure");
       if (p_) b_->deallocate_host(p_);
       p_ = nullptr;
       cap_ = 0;
       b_ = &b;
-      p_ = static_cast<T*>(b.allocate_host((n == 0 ? 1 : n) * sizeof(T)));
+      p_ = static_cast<T*>(b.allocate_host(bytes));
       cap_ = n == 0 ? 1 : n;
     }
     size_ = n;

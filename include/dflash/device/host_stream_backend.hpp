@@ -30,6 +30,7 @@
 #include <mutex>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -118,8 +119,20 @@ class host_stream_backend {
   }
   [[nodiscard]] void* allocate_host(std::size_t bytes) { return ::operator new(bytes == 0 ? 1 : bytes); }
   void deallocate_host(void* p) noexcept { ::operator delete(p); }
+  /// A null pointer is what cudaMemcpyAsync rejects (cudaErrorInvalidValue):
+  /// here it poisons the stream, so the error surfaces at the next check or
+  /// wait instead of killing the stream's thread.
   void copy(void* dst, const void* src, std::size_t bytes, stream_type s) {
-    if (bytes) enqueue(s, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    if (bytes == 0) return;
+    if (dst == nullptr || src == nullptr) {
+      enqueue(s, [dst, src, bytes] {
+        throw std::invalid_argument(std::string("dflash::host_stream_backend::copy: invalid argument: ") +
+                                    (dst == nullptr ? "destination" : "source") + " is null (" +
+                                    std::to_string(bytes) + " bytes)");
+      });
+      return;
+    }
+    enqueue(s, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
 
   void check(stream_type s) const {
