@@ -11,6 +11,7 @@
 #include "watchdog.hpp"
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -400,4 +401,113 @@ TEST_CASE("variable-size items through a ring inside the slot: every row arrives
     REQUIRE(d.rows->size() == static_cast<std::size_t>(rows_for(d.value)));
     for (std::size_t i = 0; i < d.rows->size(); ++i) CHECK((*d.rows)[i] == d.value * 100 + static_cast<int>(i));
   }
+}
+
+// ---- a device stage whose input is a host value that device work still writes ----
+namespace {
+template <class P>
+struct late_result {  // device link -> host queue: the value is finished by enqueued work, later
+  static constexpr dflash::fixed_string name{"late"};
+  using input_type = tslot;
+  using output_type = result;
+  result operator()(tslot& in, const DS& s) const {
+    result r{in.value, 0, 0, std::make_unique<int>(-1)};
+    int* ok = r.ok.get();
+    s.enqueue([ok] {
+      std::this_thread::sleep_for(2ms);
+      std::atomic_ref<int>(*ok).store(1, std::memory_order_relaxed);
+    });
+    return r;
+  }
+};
+template <class P>
+struct read_on_host {  // host queue -> device link: its host code reads the value as soon as it is called
+  static constexpr dflash::fixed_string name{"read"};
+  using input_type = result;
+  using output_type = tslot;
+  std::atomic<int>* unwritten;
+  void operator()(result&& r, tslot& out, const DS& s) const {
+    if (std::atomic_ref<int>(*r.ok).load(std::memory_order_relaxed) != 1) unwritten->fetch_add(1);
+    out.value = r.value;
+    int* d = out.data.ensure(words, s);
+    const int x = r.value;
+    s.enqueue([d, x] {
+      for (std::size_t i = 0; i < words; ++i) d[i] = pattern(x, i);
+    });
+  }
+};
+template <class P>
+using host_between_devices =
+    dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, fill<P>, dflash::device_link<"a_dev", 2>,
+                     late_result<P>, dflash::queue_spec<"mid_q", 4>, read_on_host<P>, dflash::device_link<"b_dev", 2>,
+                     tally<P>>;
+}  // namespace
+
+TEST_CASE("a device stage's host code never sees a host value that device work is still writing",
+          "[device][pipeline]") {
+  watchdog wd("device stage host input");
+  options o;
+  std::atomic<int> unwritten{0};
+  int intact = 0, seen = 0;
+  host_between_devices<NullProfiler> p(numbers<NullProfiler>{30}, fill<NullProfiler>{&o}, late_result<NullProfiler>{},
+                                       read_on_host<NullProfiler>{&unwritten}, tally<NullProfiler>{&intact, &seen});
+  p.run_to_completion();
+  CHECK(unwritten.load() == 0);
+  CHECK(seen == 30);
+  CHECK(intact == 30);
+}
+
+namespace {
+template <class P>
+struct stop_in_work {  // device sink whose enqueued work ends the pipeline at item 5, the last one
+  static constexpr dflash::fixed_string name{"tally"};
+  using input_type = tslot;
+  using output_type = void;
+  void operator()(tslot& in, const DS& s) const {
+    const int x = in.value;
+    s.enqueue([x] {
+      if (x == 5) {
+        std::this_thread::sleep_for(20ms);  // surfaces after the worker left its loop: at its final synchronize
+        throw dflash::pipeline_stop{};
+      }
+    });
+  }
+};
+}  // namespace
+
+TEST_CASE("pipeline_stop thrown inside enqueued work stops the pipeline as from a stage call", "[device][pipeline][stop]") {
+  watchdog wd("device pipeline_stop in work");
+  options o;
+  using pipe = dflash::Pipeline<NullProfiler, numbers<NullProfiler>, dflash::queue_spec<"in_q", 4>,
+                                fill<NullProfiler>, dflash::device_link<"a_dev", 2>, stop_in_work<NullProfiler>>;
+  for (int round = 0; round < 3; ++round) {
+    pipe p(numbers<NullProfiler>{6}, fill<NullProfiler>{&o}, stop_in_work<NullProfiler>{});
+    CHECK_NOTHROW(p.run_to_completion());  // a stop, not an error
+    CHECK(p.cancelled());
+  }
+}
+
+// The device link's handle lists are bounded queues whose try_push may see
+// "full" while a pop of the slot before it is half done; a publish that trusted
+// try_push dropped the item and ended its producer as if cancelled, and join()
+// returned normally. 4 x 4 workers over K = 2 slots make such pops common.
+TEST_CASE("device link under contention: no item lost, no early end (4 x 4 workers, K = 2)", "[device][pipeline]") {
+  watchdog wd("device link contention", std::chrono::seconds(240));
+  options o;
+  o.slow_every = 0;
+  auto shape = twin_pipeline<NullProfiler>::default_shape();
+  shape.workers[1] = 4;
+  shape.workers[2] = 4;
+  shape.depths[1] = 2;
+  int short_rounds = 0;
+  const int rounds = std::getenv("ROUNDS") ? std::atoi(std::getenv("ROUNDS")) : 60;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<result> got;
+    twin_pipeline<NullProfiler> p(shape, numbers<NullProfiler>{300}, fill<NullProfiler>{&o}, verify<NullProfiler>{&o},
+                                  collect<NullProfiler>{&got});
+    p.run_to_completion();
+    if (got.size() != 300u) ++short_rounds;
+    else check_results(got, 300);
+  }
+  CHECK(short_rounds == 0);
 }

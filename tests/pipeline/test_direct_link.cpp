@@ -323,3 +323,48 @@ TEST_CASE("direct links: after a failure no serial call starts", "[pipeline][dir
     CHECK(after.load() <= 1);  // at most the call already inside when the failure came (it saw the flag)
   }
 }
+
+namespace {
+struct throws_once_serial {  // serial, after the parallel stage: throws on its 10th call
+  static constexpr dflash::fixed_string name{"record"};
+  using input_type = int;
+  using output_type = int;
+  std::atomic<int>* calls;
+  std::atomic<int>* after_throw;
+  std::atomic<bool>* thrown;
+  int operator()(int&& x) {
+    if (thrown->load()) after_throw->fetch_add(1);
+    if (calls->fetch_add(1) == 9) {
+      thrown->store(true);
+      throw std::runtime_error("serial failed");
+    }
+    return x;
+  }
+};
+struct quick {
+  static constexpr dflash::fixed_string name{"jitter"};
+  using input_type = int;
+  using output_type = int;
+  int operator()(int&& x) const { return x; }
+};
+}  // namespace
+
+// The thread that threw used to release the serial lock before the pipeline
+// was cancelled, so a thread spinning on that lock called the failed stage
+// once more with a later item.
+TEST_CASE("direct links: a serial stage that threw is never called again", "[pipeline][direct]") {
+  watchdog wd("direct links: no call after a throw", std::chrono::seconds(120));
+  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 64>, dflash::workers<quick, 4>,
+                                dflash::direct_link<"to_record", 1>, throws_once_serial,
+                                dflash::direct_link<"to_sink", 1>, collect>;
+  int late_calls = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::atomic<int> calls{0}, after{0};
+    std::atomic<bool> thrown{false};
+    std::vector<int> out;
+    pipe p(source{100000}, quick{}, throws_once_serial{&calls, &after, &thrown}, collect{&out, nullptr});
+    CHECK_THROWS_WITH(p.run_to_completion(), "serial failed");
+    late_calls += after.load();
+  }
+  CHECK(late_calls == 0);
+}

@@ -5,6 +5,7 @@
 
 #include "watchdog.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -132,4 +133,40 @@ TEST_CASE("an in_order stage runs on exactly one worker", "[pipeline][in_order]"
   CHECK_THROWS_WITH((typed_ordered<NullProfiler>(shape, counter<NullProfiler>{5}, slow_odd<NullProfiler>{},
                                                 record<NullProfiler>{&got})),
                     Catch::Contains("stage 2 is in_order and runs on exactly one worker (got 2)"));
+}
+
+namespace {
+template <class P>
+struct shared_counter {  // a source safe to call from several workers
+  static constexpr dflash::fixed_string name{"counter"};
+  using input_type = void;
+  using output_type = int;
+  std::atomic<int>* next;
+  int n;
+  std::optional<int> operator()() const {
+    const int i = next->fetch_add(1);
+    return i < n ? std::optional(i) : std::nullopt;
+  }
+};
+template <class P>
+using multi_source_ordered =
+    dflash::Pipeline<P, dflash::workers<shared_counter<P>, 3>, dflash::queue_spec<"a", 4>,
+                     dflash::workers<slow_odd<P>, 3>, dflash::queue_spec<"b", 4>, dflash::in_order<record<P>>>;
+}  // namespace
+
+// Each source worker used to number its items from 0, so an in_order stage
+// saw repeated numbers and dropped the repeats while the run ended normally.
+TEST_CASE("in_order behind a source with several workers: every item exactly once", "[pipeline][in_order]") {
+  watchdog wd("in_order, 3 source workers");
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<int> next{0};
+    std::vector<int> got;
+    multi_source_ordered<NullProfiler> p(shared_counter<NullProfiler>{&next, 1000}, slow_odd<NullProfiler>{},
+                                         record<NullProfiler>{&got});
+    p.run_to_completion();
+    REQUIRE(got.size() == 1000);
+    std::vector<int> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    for (int i = 0; i < 1000; ++i) REQUIRE(sorted[static_cast<std::size_t>(i)] == i);
+  }
 }

@@ -598,6 +598,7 @@ class Pipeline {
     for (auto& t : threads_)
       if (t.joinable()) t.join();
     threads_.clear();
+    if (!cancelled()) check_in_order_complete();
     std::exception_ptr e;
     {
       std::lock_guard lk(err_m_);
@@ -633,6 +634,24 @@ class Pipeline {
   }
 
  private:
+  // An in_order stage that still parks items after a normal end waited for an
+  // item that never came: report the loss instead of ending as if complete.
+  void check_in_order_complete() {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (([&] {
+         if constexpr (in_order_at<I>) {
+           auto& o = boost::hana::at_c<I>(orders_);
+           if (!o.early.empty())
+             fail(std::make_exception_ptr(std::logic_error(
+                 "dflash::Pipeline: in_order stage '" + std::string(stage_type<I>::name.view()) + "' ended with " +
+                 std::to_string(o.early.size()) + " item(s) parked: item #" + std::to_string(o.next) +
+                 " never arrived, so they were not delivered")));
+         }
+       }()),
+       ...);
+    }(std::make_index_sequence<stage_count>{});
+  }
+
   template <std::size_t... I>
   void make_queues(std::index_sequence<I...>) {
     (make_queue<I>(), ...);
@@ -844,7 +863,10 @@ class Pipeline {
   bool deliver_in_order(typename stage_type<I>::input_type&& x, std::uint64_t seq, Run&& run) {
     auto& o = boost::hana::at_c<I>(orders_);
     if (seq != o.next) {
-      o.early.emplace(seq, std::move(x));  // the call that brings the item due next runs it
+      // the call that brings the item due next runs it
+      if (seq < o.next || !o.early.emplace(seq, std::move(x)).second)
+        throw std::logic_error("dflash::Pipeline: in_order stage '" + std::string(stage_type<I>::name.view()) +
+                               "' received item #" + std::to_string(seq) + " twice");
       return true;
     }
     bool ok = run(std::move(x), o.next++);
@@ -864,14 +886,17 @@ class Pipeline {
     const P& prof = prof_.get();
     try {
       if constexpr (I == 0) {
-        std::uint64_t seq = 0;
         while (!cancelled() && !draining_.load(std::memory_order_acquire)) {
           auto item = timed(prof, work_key{}, [&] { return detail::call_stage(s, w); });
           if (!item) break;
+          // One numbering across every source worker: an in_order stage
+          // orders all items, and no two carry the same number.
+          std::uint64_t seq = 0;
+          if constexpr (sequenced) seq = source_seq_.fetch_add(1, std::memory_order_relaxed);
           bool ok;
           {
             auto t = prof.scope(wait_key{});
-            ok = push_output<0>(std::move(*item), seq++);
+            ok = push_output<0>(std::move(*item), seq);
           }
           if (!ok) break;
         }
@@ -928,10 +953,13 @@ class Pipeline {
     name_worker<A>(w);
     chain c{w, parallel_stage_of<A>(shape_), std::unique_lock(g.pre, std::defer_lock),
             std::unique_lock(g.post, std::defer_lock)};
-    const auto release = [&]() noexcept {  // before cancel(): a stage may throw while its thread holds a lock
+    const auto release = [&]() noexcept {  // a stage may throw while its thread holds a lock
       if (c.pre.owns_lock()) c.pre.unlock();
       if (c.post.owns_lock()) c.post.unlock();
     };
+    // On a throw the pipeline is cancelled before the locks are released, so
+    // no thread queued on a serial stage's lock calls it again with a later
+    // item (cancel() takes neither lock, so it cannot deadlock here).
     try {
       while (!cancelled()) {
         const bool more = segment_take<A>(c, prof);
@@ -939,11 +967,11 @@ class Pipeline {
         if (!more) break;
       }
     } catch (const pipeline_stop&) {
-      release();
       cancel();
-    } catch (...) {
       release();
+    } catch (...) {
       fail(std::current_exception());
+      release();
     }
     worker_exit<A, B>();
   }
@@ -1099,7 +1127,10 @@ class Pipeline {
             auto t = prof.scope(wait_key{});
             if constexpr (I == 0) return true;
             else if constexpr (input_on_device<I>()) return queue<I - 1>().pop(ds);
-            else if constexpr (pending_link<I - 1>) return pop_pending<I>([&](auto ev) { b.wait(native, ev); });
+            // A host value: the stage's host code may read it as soon as the
+            // call starts, so the host waits for the work writing it, not
+            // only the stream.
+            else if constexpr (pending_link<I - 1>) return pop_pending<I>([&](auto ev) { b.host_wait(ev); });
             else {
               return queue<I - 1>().pop();
             }
@@ -1138,7 +1169,7 @@ class Pipeline {
           if constexpr (input_on_device<I>()) queue<I - 1>().release(std::move(*in), ds);
           if constexpr (output_on_device<I>()) {
             if (!more) {
-              queue<I>().abandon(std::move(*out));
+              queue<I>().abandon(std::move(*out), ds);
               break;
             }
             if (!queue<I>().publish(std::move(*out), ds)) break;
@@ -1170,6 +1201,8 @@ class Pipeline {
         b.synchronize(native);
         if constexpr (P::enabled)
           if (timer) timer->resolve(prof, gpu_key{});
+      } catch (const pipeline_stop&) {  // thrown inside enqueued work: a stop, as from the call
+        cancel();
       } catch (...) {
         fail(std::current_exception());
       }
@@ -1187,6 +1220,7 @@ class Pipeline {
   std::array<detail::segment_sync, stage_count> segs_;  // used by direct segments (indexed by first stage)
   orders_tuple orders_;
   std::vector<std::thread> threads_;
+  std::atomic<std::uint64_t> source_seq_{0};  // the next source sequence number (in_order pipelines)
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> draining_{false};
   std::atomic<bool> stop_requested_{false};
