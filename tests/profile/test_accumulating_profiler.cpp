@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <dflash/profile.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -238,4 +239,48 @@ TEST_CASE("add(): out-of-range and non-finite durations are rejected before conv
   CHECK(s.keys[0].count == 2);
   CHECK(s.keys[0].max_ns == 292ull * 31556952ull * 1'000'000'000ull);
   CHECK(s.keys[0].min_ns == 1);
+}
+
+// Records are staged and folded into total / min / max / histogram 16 at a
+// time, and readers fold the staged rest the same way. Known durations on
+// both sides of each batch boundary, with the smallest and largest value
+// rotated through every position (folded batch or staged rest), must read
+// back exactly: count, total, min, max and every histogram bucket.
+TEST_CASE("batch fold: exact count, total, min, max and buckets for 1..70 known durations at every rotation",
+          "[accumulating]") {
+  std::vector<std::uint64_t> base;
+  std::uint64_t x = 88172645463325252ull;  // xorshift: fixed, so the test is the same each run
+  for (int i = 0; i < 70; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    base.push_back(10 + x % 5'000'000);  // 10 ns .. 5 ms
+  }
+  base[3] = 1;           // the unique minimum
+  base[11] = 9'000'000;  // the unique maximum
+  for (const std::size_t n : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 48u, 70u}) {
+    for (std::size_t rot = 0; rot < n; rot += (n > 20 ? 3 : 1)) {
+      CAPTURE(n, rot);
+      std::vector<std::uint64_t> v(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(n));
+      std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(rot), v.end());
+      fake_profiler p;
+      std::vector<std::uint64_t> want(dflash::histogram::bucket_count, 0);
+      std::uint64_t total = 0, lo = UINT64_MAX, hi = 0;
+      for (std::uint64_t d : v) {
+        p.add("pack"_key, std::chrono::nanoseconds(d));
+        ++want[dflash::histogram::bucket_of(d)];
+        total += d;
+        lo = std::min(lo, d);
+        hi = std::max(hi, d);
+      }
+      for (int read = 0; read < 2; ++read) {  // reading must not change what a later read sees
+        const auto s = p.snapshot();
+        const auto& k = *s.find("pack");
+        REQUIRE(k.count == n);
+        CHECK(k.total_ns == total);
+        CHECK(k.min_ns == lo);
+        CHECK(k.max_ns == hi);
+        REQUIRE(k.buckets.size() == want.size());
+        CHECK(k.buckets == want);
+      }
+    }
+  }
 }
