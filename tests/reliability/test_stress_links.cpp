@@ -1,0 +1,424 @@
+// Randomized fault scenarios against the link kinds: device links on the
+// asynchronous host twin, queue links into an in_order stage (several source
+// workers), direct-link segments. Every scenario is drawn from (seed, index)
+// and checks the promise users rely on: every item the source produced arrives
+// exactly once and intact, or the run reports an error (the fault that fired)
+// or was stopped on purpose — never a normal end with items missing, never a
+// hang (a watchdog per scenario prints the replay line and every stack).
+//
+//   DFLASH_STRESS_SEED=<n>     seed (default: from the clock; printed first)
+//   DFLASH_STRESS_INDEX=<i>    replay one scenario of that seed only
+//   DFLASH_STRESS_SECONDS=<s>  time budget for new scenarios (default 3)
+#include <catch2/catch.hpp>
+#include <dflash/device/host_stream_backend.hpp>
+#include <dflash/pipeline.hpp>
+
+#include "watchdog.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using B = dflash::host_stream_backend;
+using DS = dflash::device_stream<B>;
+using dflash::NullProfiler;
+
+namespace {
+
+// ---- what a scenario draws ---------------------------------------------------------
+enum class fault { none, throw_in_call, throw_in_work, stop_from_sink, cancel_later, drain_later };
+
+struct scenario {
+  std::uint64_t seed, index;
+  int items;  // < 0: endless (only with a stop)
+  std::size_t w_source, w_mid, w_last, depth_in, depth_link, depth_out;
+  fault f;
+  int fault_at;     // item of the throw / stop
+  int delay_us;     // stop() after this long
+  int slow_every;   // every k-th item's work sleeps 0..slow_us
+  int slow_us;
+
+  std::string replay() const {
+    return "DFLASH_STRESS_SEED=" + std::to_string(seed) + " DFLASH_STRESS_INDEX=" + std::to_string(index);
+  }
+};
+
+const char* name_of(fault f) {
+  switch (f) {
+    case fault::none: return "none";
+    case fault::throw_in_call: return "throw in a stage call";
+    case fault::throw_in_work: return "throw in enqueued work";
+    case fault::stop_from_sink: return "pipeline_stop from the sink";
+    case fault::cancel_later: return "stop(cancel) from outside";
+    case fault::drain_later: return "stop(drain) from outside";
+  }
+  return "?";
+}
+
+scenario draw(std::uint64_t seed, std::uint64_t index, bool device) {
+  std::mt19937_64 r(seed * 0x9E3779B97F4A7C15ull + index);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(r); };
+  scenario s{};
+  s.seed = seed;
+  s.index = index;
+  const int fk = pick(0, 9);  // half the scenarios run clean: the "nothing missing" case matters most
+  s.f = fk < 5 ? fault::none : static_cast<fault>(fk - 4);
+  if (!device && s.f == fault::throw_in_work) s.f = fault::throw_in_call;
+  const bool stops = s.f == fault::cancel_later || s.f == fault::drain_later;
+  s.items = stops && pick(0, 1) ? -1 : pick(0, 300);
+  s.w_source = static_cast<std::size_t>(pick(1, 3));
+  s.w_mid = static_cast<std::size_t>(pick(1, 4));
+  s.w_last = static_cast<std::size_t>(pick(1, 4));
+  s.depth_in = static_cast<std::size_t>(pick(1, 8));
+  s.depth_link = static_cast<std::size_t>(pick(1, 4));
+  s.depth_out = static_cast<std::size_t>(pick(1, 8));
+  s.fault_at = pick(0, s.items > 0 ? s.items : 300);
+  s.delay_us = pick(0, 3000);
+  s.slow_every = pick(0, 1) ? pick(1, 9) : 0;
+  s.slow_us = pick(0, 300);
+  return s;
+}
+
+struct fault_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One run's observations; written from stage threads, read after join().
+struct observed {
+  std::mutex m;
+  std::vector<int> seen;        // values the sink got
+  std::atomic<int> produced{0};  // values the source handed out
+  std::atomic<int> broken{0};    // items whose device data was not intact
+  std::atomic<int> out_of_order{0};
+  int last = -1;
+};
+
+void maybe_sleep(const scenario& s, int x) {
+  if (s.slow_every > 0 && x % s.slow_every == 0 && s.slow_us > 0)
+    std::this_thread::sleep_for(std::chrono::microseconds(s.slow_us));
+}
+
+// ---- device links on the host twin: source -> q -> fill ═> verify -> q -> sink -------
+constexpr std::size_t words = 64;
+int pattern(int x, std::size_t i) { return x * 7919 + static_cast<int>(i); }
+
+struct dslot : dflash::device_item<B> {
+  int value = -1;
+  dflash::device_buffer<int, B> data;
+};
+struct checked {
+  int value;
+  std::unique_ptr<std::atomic<int>> ok;  // written by the verifier's enqueued work
+};
+
+struct d_source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = int;
+  const scenario* s;
+  observed* o;
+  std::atomic<int>* next;
+  std::optional<int> operator()() const {
+    const int i = next->fetch_add(1);
+    if (s->items >= 0 && i >= s->items) return std::nullopt;
+    o->produced.fetch_add(1);
+    return i;
+  }
+};
+struct d_fill {
+  static constexpr dflash::fixed_string name{"fill"};
+  using input_type = int;
+  using output_type = dslot;
+  const scenario* s;
+  void operator()(int&& x, dslot& out, const DS& ds) const {
+    if (s->f == fault::throw_in_call && x == s->fault_at) throw fault_error("fill failed at " + std::to_string(x));
+    out.value = x;
+    int* d = out.data.ensure(words, ds);
+    const scenario* sc = s;
+    ds.enqueue([d, x, sc] {
+      if (sc->f == fault::throw_in_work && x == sc->fault_at) throw fault_error("work failed at " + std::to_string(x));
+      maybe_sleep(*sc, x);
+      for (std::size_t i = 0; i < words; ++i) d[i] = pattern(x, i);
+    });
+  }
+};
+struct d_verify {
+  static constexpr dflash::fixed_string name{"verify"};
+  using input_type = dslot;
+  using output_type = checked;
+  checked operator()(dslot& in, const DS& ds) const {
+    checked c{in.value, std::make_unique<std::atomic<int>>(-1)};
+    const int* d = in.data.data();
+    const int x = in.value;
+    std::atomic<int>* ok = c.ok.get();
+    ds.enqueue([d, x, ok] {
+      bool good = true;
+      for (std::size_t i = 0; i < words; ++i) good = good && d[i] == pattern(x, i);
+      ok->store(good ? 1 : 0);
+    });
+    return c;
+  }
+};
+struct d_sink {
+  static constexpr dflash::fixed_string name{"sink"};
+  using input_type = checked;
+  using output_type = void;
+  const scenario* s;
+  observed* o;
+  void operator()(checked&& c) const {
+    if (c.ok->load() != 1) o->broken.fetch_add(1);
+    {
+      const std::lock_guard lk(o->m);
+      o->seen.push_back(c.value);
+    }
+    if (s->f == fault::stop_from_sink && c.value == s->fault_at) throw dflash::pipeline_stop{};
+  }
+};
+using device_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_spec<"in", 4>,
+                                     dflash::workers<d_fill, 1>, dflash::device_link<"hs", 2>,
+                                     dflash::workers<d_verify, 1>, dflash::queue_spec<"out", 4>, d_sink>;
+
+// A device source: several workers fill slots directly. Worker w > 0 quits
+// early (once `next` passes its quota) and worker 0 runs to the end, so slots
+// given back by the quitters are reused for real items. A quitter has already
+// enqueued work on its slot (a late write of garbage) when it says so: the
+// next producer of that slot must wait for it.
+struct d_dev_source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = dslot;
+  const scenario* s;
+  observed* o;
+  std::atomic<int>* next;
+  bool operator()(dslot& out, const DS& ds, std::size_t w) const {
+    int* d = out.data.ensure(words, ds);
+    const auto quit = [&] {
+      ds.enqueue([d] {
+        std::this_thread::sleep_for(200us);
+        for (std::size_t i = 0; i < words; ++i) d[i] = -1;
+      });
+      return false;
+    };
+    const int quota = s->items < 0 ? 1 << 30 : s->items * static_cast<int>(w) / static_cast<int>(s->w_source + 1);
+    if (w > 0 && next->load() >= quota) return quit();
+    const int x = next->fetch_add(1);
+    if (s->items >= 0 && x >= s->items) return quit();
+    o->produced.fetch_add(1);
+    if (s->f == fault::throw_in_call && x == s->fault_at) throw fault_error("source failed at " + std::to_string(x));
+    out.value = x;
+    const scenario* sc = s;
+    ds.enqueue([d, x, sc] {
+      if (sc->f == fault::throw_in_work && x == sc->fault_at) throw fault_error("work failed at " + std::to_string(x));
+      maybe_sleep(*sc, x);
+      for (std::size_t i = 0; i < words; ++i) d[i] = pattern(x, i);
+    });
+    return true;
+  }
+};
+using device_source_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_dev_source, 1>, dflash::device_link<"hs", 2>,
+                                            dflash::workers<d_verify, 1>, dflash::queue_spec<"out", 4>, d_sink>;
+
+// ---- queue links into in_order: sources -> q -> parallel -> q -> in_order sink ---------
+struct h_mid {
+  static constexpr dflash::fixed_string name{"mid"};
+  using input_type = int;
+  using output_type = int;
+  const scenario* s;
+  int operator()(int&& x) const {
+    if (s->f == fault::throw_in_call && x == s->fault_at) throw fault_error("mid failed at " + std::to_string(x));
+    maybe_sleep(*s, x);
+    return x;
+  }
+};
+struct h_sink {
+  static constexpr dflash::fixed_string name{"sink"};
+  using input_type = int;
+  using output_type = void;
+  const scenario* s;
+  observed* o;
+  void operator()(int&& x) const {
+    {
+      const std::lock_guard lk(o->m);
+      o->seen.push_back(x);
+    }
+    if (s->f == fault::stop_from_sink && x == s->fault_at) throw dflash::pipeline_stop{};
+  }
+};
+using ordered_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_spec<"in", 4>,
+                                      dflash::workers<h_mid, 1>, dflash::queue_spec<"out", 4>,
+                                      dflash::in_order<h_sink>>;
+// One segment: the source, the parallel stage and the in_order sink on the same threads.
+using direct_pipe = dflash::Pipeline<NullProfiler, d_source, dflash::direct_link<"take", 2>, dflash::workers<h_mid, 1>,
+                                     dflash::direct_link<"reorder", 4>, dflash::in_order<h_sink>>;
+
+// ---- running and judging one scenario --------------------------------------------------
+struct outcome {
+  bool threw = false;
+  std::string what;
+};
+
+template <class Pipe>
+outcome run(Pipe& p, const scenario& s) {
+  outcome r;
+  p.run();
+  if (s.f == fault::cancel_later || s.f == fault::drain_later) {
+    std::this_thread::sleep_for(std::chrono::microseconds(s.delay_us));
+    p.stop(s.f == fault::drain_later ? dflash::stop_mode::drain : dflash::stop_mode::cancel);
+  }
+  try {
+    p.join();
+  } catch (const std::exception& e) {
+    r.threw = true;
+    r.what = e.what();
+  } catch (...) {
+    r.threw = true;
+    r.what = "a non-std exception";
+  }
+  return r;
+}
+
+// The contract, per fault. Returns "" or what was broken.
+std::string judge(const scenario& s, observed& o, const outcome& r, bool ordered) {
+  const int produced = o.produced.load();
+  std::vector<int> count(static_cast<std::size_t>(produced) + 1, 0);
+  for (int v : o.seen) {
+    if (v < 0 || v >= produced) return "the sink got item " + std::to_string(v) + ", never produced";
+    if (++count[static_cast<std::size_t>(v)] > 1) return "item " + std::to_string(v) + " arrived twice";
+  }
+  if (o.broken.load()) return std::to_string(o.broken.load()) + " item(s) arrived with unwritten device data";
+  if (ordered)
+    for (std::size_t i = 0; i < o.seen.size(); ++i)
+      if (o.seen[i] != static_cast<int>(i)) return "in_order sink got " + std::to_string(o.seen[i]) + " at position " + std::to_string(i);
+  const bool fault_fired = (s.f == fault::throw_in_call || s.f == fault::throw_in_work) && s.fault_at < produced;
+  if (r.threw && !fault_fired) return "join() threw without a fault: " + r.what;
+  if (fault_fired && !r.threw)
+    return "the fault at item " + std::to_string(s.fault_at) + " fired but join() reported nothing";
+  if (r.threw && r.what.find("failed at " + std::to_string(s.fault_at)) == std::string::npos)
+    return "join() threw something else than the fault: " + r.what;
+  const bool complete_expected = s.f == fault::none || s.f == fault::drain_later ||
+                                 (s.f == fault::stop_from_sink && s.fault_at >= produced) ||
+                                 ((s.f == fault::throw_in_call || s.f == fault::throw_in_work) && !fault_fired);
+  if (complete_expected && static_cast<int>(o.seen.size()) != produced)
+    return "normal end with " + std::to_string(produced - static_cast<int>(o.seen.size())) + " of " +
+           std::to_string(produced) + " item(s) missing";
+  if (s.f == fault::none && s.items >= 0 && produced != s.items)
+    return "the source produced " + std::to_string(produced) + " of " + std::to_string(s.items);
+  return {};
+}
+
+std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
+// Runs scenarios of one family until the budget is spent (or the one asked for).
+template <class Run>
+void sweep(const char* family, Run&& one) {
+  const std::uint64_t seed =
+      env_u64("DFLASH_STRESS_SEED", static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const char* only = std::getenv("DFLASH_STRESS_INDEX");
+  const auto budget = std::chrono::seconds(env_u64("DFLASH_STRESS_SECONDS", 3));
+  std::printf("%s: DFLASH_STRESS_SEED=%llu\n", family, static_cast<unsigned long long>(seed));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint64_t i = only && *only ? std::strtoull(only, nullptr, 10) : 0, n = 0;
+  for (;; ++i, ++n) {
+    if (only && *only ? n == 1 : std::chrono::steady_clock::now() - t0 >= budget) break;
+    const std::string err = one(seed, i);
+    if (!err.empty()) {
+      FAIL_CHECK(family << ": " << err << "\n  replay: " << seed << "/" << i << " (DFLASH_STRESS_SEED=" << seed
+                        << " DFLASH_STRESS_INDEX=" << i << ")");
+      return;
+    }
+  }
+  std::printf("%s: %llu scenarios passed\n", family, static_cast<unsigned long long>(n));
+  CHECK(n > 0);
+}
+
+std::string describe(const scenario& s) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "items %d, workers %zu/%zu/%zu, depths %zu/%zu/%zu, fault '%s' at %d, delay %d us, slow every %d by %d us",
+                s.items, s.w_source, s.w_mid, s.w_last, s.depth_in, s.depth_link, s.depth_out, name_of(s.f), s.fault_at,
+                s.delay_us, s.slow_every, s.slow_us);
+  return buf;
+}
+}  // namespace
+
+TEST_CASE("stress: device links on the host twin deliver every item once, or the run says why",
+          "[stress][device]") {
+  sweep("device links", [](std::uint64_t seed, std::uint64_t i) -> std::string {
+    const scenario s = draw(seed, i, true);
+    watchdog wd("device links, " + s.replay() + ": " + describe(s), 60s);
+    observed o;
+    std::atomic<int> next{0};
+    auto shape = device_pipe::default_shape();
+    shape.workers = {s.w_source, s.w_mid, s.w_last, 1};
+    shape.depths = {s.depth_in, s.depth_link, s.depth_out};
+    device_pipe p(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
+    const outcome r = run(p, s);
+    const std::string err = judge(s, o, r, false);
+    return err.empty() ? err : err + "\n  scenario: " + describe(s);
+  });
+}
+
+TEST_CASE("stress: device sources (several workers, exhausted with work enqueued) over a device link",
+          "[stress][device]") {
+  sweep("device sources", [](std::uint64_t seed, std::uint64_t i) -> std::string {
+    const scenario s = draw(seed, i, true);
+    watchdog wd("device sources, " + s.replay() + ": " + describe(s), 60s);
+    observed o;
+    std::atomic<int> next{0};
+    auto shape = device_source_pipe::default_shape();
+    shape.workers = {s.w_source + 1, s.w_last, 1};
+    shape.depths = {s.depth_link, s.depth_out};
+    device_source_pipe p(shape, d_dev_source{&s, &o, &next}, d_verify{}, d_sink{&s, &o});
+    const outcome r = run(p, s);
+    const std::string err = judge(s, o, r, false);
+    return err.empty() ? err : err + "\n  scenario: " + describe(s);
+  });
+}
+
+TEST_CASE("stress: queue links into in_order, several source workers: every item once, in order", "[stress][in_order]") {
+  sweep("in_order over queues", [](std::uint64_t seed, std::uint64_t i) -> std::string {
+    const scenario s = draw(seed, i, false);
+    watchdog wd("in_order over queues, " + s.replay() + ": " + describe(s), 60s);
+    observed o;
+    std::atomic<int> next{0};
+    auto shape = ordered_pipe::default_shape();
+    shape.workers = {s.w_source, s.w_mid, 1};
+    shape.depths = {s.depth_in, s.depth_out};
+    ordered_pipe p(shape, d_source{&s, &o, &next}, h_mid{&s}, h_sink{&s, &o});
+    const outcome r = run(p, s);
+    // Several source workers number items in the order they leave the source,
+    // which need not be value order: then only exactly-once is checked.
+    const std::string err = judge(s, o, r, s.w_source == 1);
+    return err.empty() ? err : err + "\n  scenario: " + describe(s);
+  });
+}
+
+TEST_CASE("stress: a direct-link segment into in_order delivers every item once, in order", "[stress][direct]") {
+  sweep("direct segment", [](std::uint64_t seed, std::uint64_t i) -> std::string {
+    const scenario s = draw(seed, i, false);
+    watchdog wd("direct segment, " + s.replay() + ": " + describe(s), 60s);
+    observed o;
+    std::atomic<int> next{0};
+    auto shape = direct_pipe::default_shape();
+    shape.workers = {1, s.w_mid, 1};
+    shape.depths = {s.depth_in, s.depth_out};
+    direct_pipe p(shape, d_source{&s, &o, &next}, h_mid{&s}, h_sink{&s, &o});
+    const outcome r = run(p, s);
+    const std::string err = judge(s, o, r, true);
+    return err.empty() ? err : err + "\n  scenario: " + describe(s);
+  });
+}
