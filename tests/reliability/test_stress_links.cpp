@@ -122,6 +122,15 @@ struct checked {
   std::unique_ptr<std::atomic<int>> ok;  // written by the verifier's enqueued work
 };
 
+// Enqueues the work that writes item x into a slot (it may throw: the fault).
+void write_item(const DS& ds, int* d, int x, const scenario& sc) {
+  ds.enqueue([d, x, &sc] {
+    if (sc.f == fault::throw_in_work && x == sc.fault_at) throw fault_error("work failed at " + std::to_string(x));
+    maybe_sleep(sc, x);
+    for (std::size_t i = 0; i < words; ++i) d[i] = pattern(x, i);
+  });
+}
+
 struct d_source {
   static constexpr dflash::fixed_string name{"source"};
   using input_type = void;
@@ -144,13 +153,7 @@ struct d_fill {
   void operator()(int&& x, dslot& out, const DS& ds) const {
     if (s->f == fault::throw_in_call && x == s->fault_at) throw fault_error("fill failed at " + std::to_string(x));
     out.value = x;
-    int* d = out.data.ensure(words, ds);
-    const scenario* sc = s;
-    ds.enqueue([d, x, sc] {
-      if (sc->f == fault::throw_in_work && x == sc->fault_at) throw fault_error("work failed at " + std::to_string(x));
-      maybe_sleep(*sc, x);
-      for (std::size_t i = 0; i < words; ++i) d[i] = pattern(x, i);
-    });
+    write_item(ds, out.data.ensure(words, ds), x, *s);
   }
 };
 struct d_verify {
@@ -217,12 +220,7 @@ struct d_dev_source {
     o->produced.fetch_add(1);
     if (s->f == fault::throw_in_call && x == s->fault_at) throw fault_error("source failed at " + std::to_string(x));
     out.value = x;
-    const scenario* sc = s;
-    ds.enqueue([d, x, sc] {
-      if (sc->f == fault::throw_in_work && x == sc->fault_at) throw fault_error("work failed at " + std::to_string(x));
-      maybe_sleep(*sc, x);
-      for (std::size_t i = 0; i < words; ++i) d[i] = pattern(x, i);
-    });
+    write_item(ds, d, x, *s);
     return true;
   }
 };
@@ -353,72 +351,66 @@ std::string describe(const scenario& s) {
                 s.delay_us, s.slow_every, s.slow_us);
   return buf;
 }
+
+// One scenario of a family: `make` builds the pipeline for it; `ordered`
+// says whether the sink must see values in order.
+template <class Make, class Ordered>
+std::string run_scenario(const char* family, std::uint64_t seed, std::uint64_t i, bool device, Make&& make,
+                         Ordered&& ordered) {
+  const scenario s = draw(seed, i, device);
+  watchdog wd(std::string(family) + ", " + s.replay() + ": " + describe(s), 60s);
+  observed o;
+  std::atomic<int> next{0};
+  const auto p = make(s, o, next);
+  const outcome r = run(*p, s);
+  const std::string err = judge(s, o, r, ordered(s));
+  return err.empty() ? err : err + "\n  scenario: " + describe(s);
+}
+
+// Runs `family` under a time budget with `make` (see run_scenario).
+template <class Make, class Ordered>
+void stress(const char* family, bool device, Make make, Ordered ordered) {
+  sweep(family, [&](std::uint64_t seed, std::uint64_t i) { return run_scenario(family, seed, i, device, make, ordered); });
+}
+constexpr auto unordered = [](const scenario&) { return false; };
 }  // namespace
 
 TEST_CASE("stress: device links on the host twin deliver every item once, or the run says why",
           "[stress][device]") {
-  sweep("device links", [](std::uint64_t seed, std::uint64_t i) -> std::string {
-    const scenario s = draw(seed, i, true);
-    watchdog wd("device links, " + s.replay() + ": " + describe(s), 60s);
-    observed o;
-    std::atomic<int> next{0};
+  stress("device links", true, [](const scenario& s, observed& o, std::atomic<int>& next) {
     auto shape = device_pipe::default_shape();
     shape.workers = {s.w_source, s.w_mid, s.w_last, 1};
     shape.depths = {s.depth_in, s.depth_link, s.depth_out};
-    device_pipe p(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
-    const outcome r = run(p, s);
-    const std::string err = judge(s, o, r, false);
-    return err.empty() ? err : err + "\n  scenario: " + describe(s);
-  });
+    return std::make_unique<device_pipe>(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
+  }, unordered);
 }
 
 TEST_CASE("stress: device sources (several workers, exhausted with work enqueued) over a device link",
           "[stress][device]") {
-  sweep("device sources", [](std::uint64_t seed, std::uint64_t i) -> std::string {
-    const scenario s = draw(seed, i, true);
-    watchdog wd("device sources, " + s.replay() + ": " + describe(s), 60s);
-    observed o;
-    std::atomic<int> next{0};
+  stress("device sources", true, [](const scenario& s, observed& o, std::atomic<int>& next) {
     auto shape = device_source_pipe::default_shape();
     shape.workers = {s.w_source + 1, s.w_last, 1};
     shape.depths = {s.depth_link, s.depth_out};
-    device_source_pipe p(shape, d_dev_source{&s, &o, &next}, d_verify{}, d_sink{&s, &o});
-    const outcome r = run(p, s);
-    const std::string err = judge(s, o, r, false);
-    return err.empty() ? err : err + "\n  scenario: " + describe(s);
-  });
+    return std::make_unique<device_source_pipe>(shape, d_dev_source{&s, &o, &next}, d_verify{}, d_sink{&s, &o});
+  }, unordered);
 }
 
+// Several source workers number items in the order they leave the source,
+// which need not be value order: then only exactly-once is checked.
 TEST_CASE("stress: queue links into in_order, several source workers: every item once, in order", "[stress][in_order]") {
-  sweep("in_order over queues", [](std::uint64_t seed, std::uint64_t i) -> std::string {
-    const scenario s = draw(seed, i, false);
-    watchdog wd("in_order over queues, " + s.replay() + ": " + describe(s), 60s);
-    observed o;
-    std::atomic<int> next{0};
+  stress("in_order over queues", false, [](const scenario& s, observed& o, std::atomic<int>& next) {
     auto shape = ordered_pipe::default_shape();
     shape.workers = {s.w_source, s.w_mid, 1};
     shape.depths = {s.depth_in, s.depth_out};
-    ordered_pipe p(shape, d_source{&s, &o, &next}, h_mid{&s}, h_sink{&s, &o});
-    const outcome r = run(p, s);
-    // Several source workers number items in the order they leave the source,
-    // which need not be value order: then only exactly-once is checked.
-    const std::string err = judge(s, o, r, s.w_source == 1);
-    return err.empty() ? err : err + "\n  scenario: " + describe(s);
-  });
+    return std::make_unique<ordered_pipe>(shape, d_source{&s, &o, &next}, h_mid{&s}, h_sink{&s, &o});
+  }, [](const scenario& s) { return s.w_source == 1; });
 }
 
 TEST_CASE("stress: a direct-link segment into in_order delivers every item once, in order", "[stress][direct]") {
-  sweep("direct segment", [](std::uint64_t seed, std::uint64_t i) -> std::string {
-    const scenario s = draw(seed, i, false);
-    watchdog wd("direct segment, " + s.replay() + ": " + describe(s), 60s);
-    observed o;
-    std::atomic<int> next{0};
+  stress("direct segment", false, [](const scenario& s, observed& o, std::atomic<int>& next) {
     auto shape = direct_pipe::default_shape();
     shape.workers = {1, s.w_mid, 1};
     shape.depths = {s.depth_in, s.depth_out};
-    direct_pipe p(shape, d_source{&s, &o, &next}, h_mid{&s}, h_sink{&s, &o});
-    const outcome r = run(p, s);
-    const std::string err = judge(s, o, r, true);
-    return err.empty() ? err : err + "\n  scenario: " + describe(s);
-  });
+    return std::make_unique<direct_pipe>(shape, d_source{&s, &o, &next}, h_mid{&s}, h_sink{&s, &o});
+  }, [](const scenario&) { return true; });
 }
