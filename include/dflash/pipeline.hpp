@@ -1,6 +1,6 @@
 #pragma once
 // Pipelines: the Stage concept, Pipeline, and the periodic reporter.
-#include "dflash/pipeline/periodic_reporter.hpp"
+#include "dflash/profile/periodic_reporter.hpp"
 #include "dflash/pipeline/function_stage.hpp"
 #include "dflash/pipeline/make_pipeline.hpp"
 #include "dflash/pipeline/pipeline.hpp"

@@ -1,5 +1,5 @@
 #include <catch2/catch.hpp>
-#include <dflash/pipeline/periodic_reporter.hpp>
+#include <dflash/profile/periodic_reporter.hpp>
 #include <dflash/profile.hpp>
 #include <nlohmann/json.hpp>
 

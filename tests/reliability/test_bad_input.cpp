@@ -7,7 +7,7 @@
 // by the compile_fail_* ctests next to this file.
 #include <catch2/catch.hpp>
 #include <dflash/dflash.hpp>
-#include <dflash/pipeline/periodic_reporter.hpp>
+#include <dflash/profile/periodic_reporter.hpp>
 
 #include <array>
 #include <chrono>

@@ -80,6 +80,7 @@
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/tuple.hpp>
 
+#include "dflash/detail/spin.hpp"
 #include "dflash/device/backend.hpp"
 #include "dflash/device/device_channel.hpp"
 #include "dflash/device/device_stream.hpp"
@@ -145,16 +146,6 @@ struct is_direct_link : std::bool_constant<requires { requires T::dflash_link_ki
 
 /// The "queue" of a direct_link: there is none (the next stage runs on the producer's threads).
 struct direct_hop {};
-
-/// Locks `lk`, spinning briefly first: a serial stage's lock is held for one
-/// call, and sleeping on it (a futex round trip) costs more than a cheap call.
-inline void lock_spinning(std::unique_lock<std::mutex>& lk) {
-  for (int i = 0; i < 128; ++i) {
-    if (lk.try_lock()) return;
-    cpu_relax();
-  }
-  lk.lock();
-}
 
 /// One per direct segment: the locks of its serial parts and the turn of its in_order stage.
 struct segment_sync {

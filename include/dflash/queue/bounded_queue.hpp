@@ -49,6 +49,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "dflash/detail/deadline.hpp"
+#include "dflash/detail/spin.hpp"
 #include "dflash/profile/fixed_string.hpp"
 #include "dflash/profile/null_profiler.hpp"
 #include "dflash/profile/profiler_policy.hpp"
@@ -56,35 +58,6 @@
 
 namespace dflash {
 
-namespace detail {
-/// One step of a spin-wait: the pause hint on x86 (the sibling hyperthread
-/// runs on), a yield elsewhere.
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
-/// steady_clock::now() + timeout, saturated at time_point::max() ("forever")
-/// instead of overflowing; zero or negative = now. The comparison runs in
-/// long double, so hours::max() or an infinite duration<double> cannot
-/// overflow on the way. A NaN timeout is the caller's bug and throws.
-template <class Rep, class Period>
-std::chrono::steady_clock::time_point saturating_deadline(std::chrono::duration<Rep, Period> timeout,
-                                                          std::string_view who) {
-  using sc = std::chrono::steady_clock;
-  using ld = std::chrono::duration<long double, std::nano>;
-  const auto now = sc::now();
-  const ld t = std::chrono::duration_cast<ld>(timeout);
-  if (t.count() != t.count()) throw std::invalid_argument(std::string(who) + ": timeout is NaN");
-  if (!(t.count() > 0)) return now;
-  const ld room = std::chrono::duration_cast<ld>(sc::time_point::max() - now);
-  if (t >= room) return sc::time_point::max();
-  return now + std::chrono::ceil<sc::duration>(t);
-}
-}  // namespace detail
 
 /// Outcome of a push that can fail for more than one reason.
 enum class queue_status : std::uint8_t {
