@@ -3,7 +3,10 @@
 # programs, nvidia-smi and compute-sanitizer are shell stubs, and checks its
 # summary line by line. No GPU and no CUDA build needed: this is run.sh's own
 # logic (statuses, figures, exit code), not the GPU code.
-#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice
+#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice|budget
+# budget: compute-sanitizer hangs on every test (not on the probe), two jobs at
+# a time, a 25 s budget: the run must end within the budget plus a few seconds
+# and name every step it skipped for time.
 set -uo pipefail
 src=$1 scenario=$2
 work=$(mktemp -d)
@@ -54,14 +57,19 @@ printf "steps 300\nchecksum 0xabc\nloss_f 2.5\n" >"$out"'
 prog=$(basename "$1")
 if [[ '"$scenario"' == mixed && $tool == racecheck && $prog == dflash_gpu_probe ]]; then
   echo "========= Error: racecheck is not supported on this runtime (fake)"; exit 1; fi
+if [[ '"$scenario"' == budget && $prog != dflash_gpu_probe ]]; then exec sleep 1000; fi
 if [[ '"$scenario"' == mixed && $tool == initcheck && $prog == test_b ]]; then
   echo "========= Uninitialized __global__ memory read of size 4 bytes"; echo "========= ERROR SUMMARY: 1 error"; exit 99; fi
 "$@"; rc=$?
 echo "========= ERROR SUMMARY: 0 errors"; exit $rc'
 fi
 
-PATH=$fake:/usr/bin:/bin "$b/run.sh" "$work/logs" >"$work/out.txt" 2>&1
+budget_env=()
+[[ $scenario == budget ]] && budget_env=(DFLASH_BUNDLE_BUDGET_S=25 DFLASH_BUNDLE_SANITIZER_JOBS=2)
+started=$SECONDS
+env "${budget_env[@]}" PATH=$fake:/usr/bin:/bin "$b/run.sh" "$work/logs" >"$work/out.txt" 2>&1
 rc=$?
+took=$((SECONDS - started))
 cat "$work/logs/summary.txt"
 fail=0
 expect() {  # REGEX: some summary line must match
@@ -106,6 +114,22 @@ case $scenario in
     expect '^SKIP +compute-sanitizer .* no CUDA device'
     absent '^PASS'
     expect '^RESULT: FAIL: no CUDA device'
+    ;;
+  budget)
+    # Each job's limit is what is left when it starts, not when it was queued:
+    # the first two sanitizer jobs time out, every later one is skipped.
+    [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
+    ((took <= 25 + 4)) || { echo "run.sh took $took s on a 25 s budget"; fail=1; }
+    expect '^PASS +test test_a'
+    expect '^FAIL +memcheck test_a +timed out after [0-9]+ s'
+    expect '^FAIL +memcheck test_b +timed out after [0-9]+ s'
+    for t in racecheck synccheck initcheck; do
+      expect "^SKIP +$t test_a +time budget exhausted"
+      expect "^SKIP +$t test_b +time budget exhausted"
+    done
+    expect '^skipped for time: racecheck test_a, racecheck test_b, synccheck test_a, synccheck test_b, initcheck test_a, initcheck test_b$'
+    expect '^total: .* 2 FAIL, 0 UNSUPPORTED, 6 SKIP'
+    expect '^RESULT: FAIL$'
     ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
