@@ -31,6 +31,10 @@
 # (libcuda.so.1, the driver, is loaded by cudart at run time), records the
 # glibc version the bundle needs (run.sh checks it), prints the size and fails
 # above 48 MiB.
+#
+# DFLASH_BUNDLE_BUILD_DIR (default build/gpu-bundle), DFLASH_BUNDLE_JOBS (2);
+# DFLASH_BUNDLE_STOP_AFTER=configure stops once CMake has configured and the
+# GPU test manifests are read, leaving OUT alone (a cheap check of a fresh clone).
 set -euo pipefail
 out=${1:?usage: scripts/gpu-bundle.sh OUT [CUDA_ARCH=90]}
 arch=${2:-90}
@@ -48,6 +52,8 @@ if [[ -e $out ]] && ! [[ -f $out/MANIFEST && -f $out/run.sh ]] && [[ -n $(ls -A 
 fi
 
 echo "gpu-bundle: configure $build (Release, CUDA on, sm_$arch)"
+# The logs sit next to the build folder: its parent (build/ in a fresh clone) may not exist yet.
+mkdir -p "$(dirname "$build")" || die "cannot create $(dirname "$build")"
 # MPI off: the GPU machine has no OpenMPI, and the example would link libmpi for --ranks.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DDFLASH_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
@@ -67,6 +73,13 @@ mapfile -t test_targets < <(cut -f1 "$build/dflash-gpu-tests.txt")
 mapfile -t bench_names < <(cut -f1 "$build/dflash-gpu-benchmarks.txt")
 ((${#test_targets[@]} > 0)) || die "no GPU test in $build (is CUDA enabled?)"
 examples=(dflash_train_pipeline dflash_train_pipeline_profiled)
+# DFLASH_BUNDLE_STOP_AFTER=configure: stop here, OUT untouched (the fresh-clone
+# test checks everything up to the build without minutes of nvcc).
+if [[ ${DFLASH_BUNDLE_STOP_AFTER:-} == configure ]]; then
+  echo "gpu-bundle: configured $build (${#test_targets[@]} GPU test programs); stopping (DFLASH_BUNDLE_STOP_AFTER=configure)"
+  exit 0
+fi
+[[ -z ${DFLASH_BUNDLE_STOP_AFTER:-} ]] || die "DFLASH_BUNDLE_STOP_AFTER=${DFLASH_BUNDLE_STOP_AFTER}: only 'configure' is known"
 targets=(dflash_gpu_probe "${test_targets[@]}" "${bench_names[@]}" "${examples[@]}")
 
 echo "gpu-bundle: build ${#targets[@]} targets with -j$jobs: ${targets[*]}"
