@@ -4,8 +4,9 @@
 # after configuring (DFLASH_BUNDLE_STOP_AFTER=configure): the part a fresh
 # clone can break (paths, logs, the GPU test manifests CMake writes).
 #   fresh_clone_test.sh SOURCE_DIR
-# The clone is of SOURCE_DIR's HEAD, with its uncommitted changes to tracked
-# files applied, so an edit is tested before it is committed. Exit 77 (skipped)
+# The clone is of SOURCE_DIR's HEAD, with its uncommitted changes and its new
+# files (those git does not ignore) applied, so an edit is tested before it is
+# committed. Exit 77 (skipped)
 # when SOURCE_DIR is not a git checkout.
 set -uo pipefail
 src=$1
@@ -16,6 +17,9 @@ clone=$work/clone
 git clone --quiet "$src" "$clone" || { echo "FAIL: git clone $src"; exit 1; }
 git -C "$clone" checkout --quiet --detach "$(git -C "$src" rev-parse HEAD)" || exit 1
 git -C "$src" diff --binary HEAD | git -C "$clone" apply --allow-empty || { echo "FAIL: cannot apply the uncommitted changes"; exit 1; }
+# New files not yet added (git ignores none of them) come too: what the next commit could hold.
+git -C "$src" ls-files -z --others --exclude-standard | tar -C "$src" --null -T - -cf - | tar -C "$clone" -xf - ||
+  { echo "FAIL: cannot copy the untracked files"; exit 1; }
 [[ ! -e $clone/build ]] || { echo "FAIL: the clone has a build/ folder: not a fresh clone"; exit 1; }
 
 # Defaults only (no DFLASH_BUNDLE_BUILD_DIR): the build goes where a user's would.
