@@ -13,6 +13,11 @@
 #   3. the example, both binaries: --device cuda and --device cpu, 300 steps,
 #      seed 7, --results files compared by compare_results.py (integers and
 #      checksums exactly, floats within rel 1e-5 / abs 1e-6);
+#   3b. the ops against PyTorch on the same machine (torch_reference.py, its
+#      own time limit): dflash::ops::gpu (bin/dflash_ops_driver_gpu) against
+#      torch on cuda, the host twins (bin/dflash_ops_driver) against torch on
+#      the CPU; integers exactly, floats within the script's stated tolerances;
+#      no torch importable: SKIP ("skipped: torch not importable");
 #   4. every GPU benchmark; bandwidths as fractions of the device-to-device
 #      copy measured in the same run (bench_fractions.py);
 #   5. compute-sanitizer memcheck, racecheck, synccheck and initcheck on every
@@ -138,6 +143,7 @@ done
 
 if ((have_gpu == 0)); then
   result SKIP "example cuda vs cpu" "no CUDA device"
+  result SKIP "torch reference (gpu and host ops vs torch)" "no CUDA device"
   result SKIP "GPU benchmarks" "no CUDA device"
   result SKIP "compute-sanitizer (4 tools x $n_tests tests)" "no CUDA device"
   emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP in $((SECONDS - t0)) s"
@@ -185,6 +191,35 @@ for exe in "${example_bins[@]}"; do
     else
       result FAIL "$step" "$(first_line "$logs/compare-$name.log" '^(MISMATCH|MALFORMED)') [$verdict]"
     fi
+  fi
+done
+
+# ---- 3b. the ops against PyTorch, from the same inputs -------------------------------
+for pair in "dflash_ops_driver_gpu cuda" "dflash_ops_driver cpu"; do
+  read -r drv dev <<<"$pair"
+  step="torch reference: $drv vs torch $dev"
+  if [[ ! -x bin/$drv || ! -f torch_reference.py ]]; then
+    result FAIL "$step" "bin/$drv or torch_reference.py missing: the bundle is broken"
+    continue
+  fi
+  if ! command -v python3 >/dev/null; then result SKIP "$step" "python3 not found"; continue; fi
+  l=$(limit 90)
+  if ((l == 0)); then skip_for_time "$step"; continue; fi
+  s=$SECONDS
+  timeout -k 5 "$l" python3 torch_reference.py --driver "bin/$drv" --device "$dev" --timeout "$l" \
+    >"$logs/torch-$drv.log" 2>&1
+  rc=$?
+  d=$((SECONDS - s))
+  verdict=$(first_line "$logs/torch-$drv.log" '^RESULT: ' | sed 's/^RESULT: [A-Z]*: //')
+  if ((rc == 0)) && grep -q '^RESULT: PASS' "$logs/torch-$drv.log"; then
+    result PASS "$step" "$verdict, ${d} s"
+  elif ((rc == 77)); then
+    result SKIP "$step" "$(first_line "$logs/torch-$drv.log" '^skipped')"
+  elif timed_out "$rc"; then
+    result FAIL "$step" "timed out after ${l} s"
+  else
+    why=$(first_line "$logs/torch-$drv.log" '^(MISMATCH|FAIL)')
+    result FAIL "$step" "exit $rc: ${why:-see torch-$drv.log}${verdict:+ [$verdict]}"
   fi
 done
 

@@ -21,6 +21,23 @@ printf 'test_a\tbin/test_a\t\ntest_b\tbin/test_b\t'\''[x]'\'' --order decl\n' >"
 printf 'bin/bench_x\n' >"$b/benchmarks.txt"
 printf 'bin/ex_plain\nbin/ex_prof\n' >"$b/examples.txt"
 stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1"; chmod +x "$1"; }
+# The torch step: driver stubs and a torch_reference.py stand-in (its own checks are
+# tests/torch_reference's); "mixed": a mismatch on cuda, no torch for the CPU run.
+stub "$b/bin/dflash_ops_driver_gpu" 'exit 0'
+stub "$b/bin/dflash_ops_driver" 'exit 0'
+cat >"$b/torch_reference.py" <<PY
+import sys
+dev = sys.argv[sys.argv.index("--device") + 1]
+if "$scenario" == "mixed" and dev == "cuda":
+    print("MISMATCH c7 kv_indices: [3] driver 2 vs reference 1")
+    print("RESULT: FAIL: 1 mismatches; 107 cases; seed 5")
+    sys.exit(1)
+if "$scenario" == "mixed":
+    print("skipped: torch not importable (No module named torch)")
+    sys.exit(77)
+print("reference: torch 2.5.1 on " + dev)
+print("RESULT: PASS: 107 cases (90 random), torch reference on %s, 3.1 s; seed 5" % dev)
+PY
 
 if [[ $scenario == nodevice ]]; then
   # A stub, not "absent": a real nvidia-smi in /usr/bin must not change the outcome.
@@ -85,6 +102,8 @@ case $scenario in
     expect '^PASS +test test_b +All tests passed'
     expect '^PASS +example ex_plain cuda==cpu +300 steps, seed 7: 2 exact values identical, 1 floats within rel 1e-05 / abs 1e-06'
     expect '^PASS +example ex_prof cuda==cpu'
+    expect '^PASS +torch reference: dflash_ops_driver_gpu vs torch cuda +107 cases \(90 random\), torch reference on cuda, 3.1 s; seed 5, [0-9]+ s'
+    expect '^PASS +torch reference: dflash_ops_driver vs torch cpu +107 cases'
     expect '^PASS +bench BM_pack<float>/4096/manual_time +100.0 us/iter, 3000.0 GB/s = 0.75 of D2D copy \(4000.0 GB/s\)'
     expect '^PASS +bench BM_readback_batched +9.5 us/iter \(latency'
     for t in memcheck racecheck synccheck initcheck; do
@@ -103,7 +122,10 @@ case $scenario in
     expect '^FAIL +initcheck test_b +ERROR SUMMARY: 1 error: Uninitialized __global__ memory read'
     expect '^PASS +initcheck test_a'
     expect '^FAIL +glibc +this machine has glibc [0-9.]+; the bundle needs >= 99.0'
-    expect '^total: .* 3 FAIL, 1 UNSUPPORTED, 0 SKIP'
+    expect '^FAIL +torch reference: dflash_ops_driver_gpu vs torch cuda +exit 1: MISMATCH c7 kv_indices: \[3\] driver 2 vs reference 1 \[1 mismatches; 107 cases; seed 5\]'
+    expect '^SKIP +torch reference: dflash_ops_driver vs torch cpu +skipped: torch not importable'
+    absent '^skipped for time'
+    expect '^total: .* 4 FAIL, 1 UNSUPPORTED, 1 SKIP'
     expect '^RESULT: FAIL$'
     ;;
   nodevice)
@@ -112,6 +134,7 @@ case $scenario in
     expect '^FAIL +probe .*no CUDA device'
     expect '^FAIL +test test_a +exit 1: no CUDA device'
     expect '^SKIP +compute-sanitizer .* no CUDA device'
+    expect '^SKIP +torch reference .* no CUDA device'
     absent '^PASS'
     expect '^RESULT: FAIL: no CUDA device'
     ;;
