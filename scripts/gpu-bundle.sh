@@ -10,10 +10,11 @@
 # OUT holds:
 #   bin/      every test labelled "gpu" (ctest -L '^gpu$'; new GPU tests land here
 #             without editing this script), every GPU benchmark
-#             (dflash_add_gpu_benchmark), both example binaries, dflash_gpu_probe
+#             (dflash_add_gpu_benchmark), both example binaries, dflash_gpu_probe,
+#             the ops drivers dflash_ops_driver_gpu / dflash_ops_driver (torch step)
 #   lib/      libcudart.so.13; for the GPU benchmarks, libbenchmark.so.1debian and
 #             the libstdc++.so.6 / libgcc_s.so.1 it was built against
-#   run.sh, compare_results.py, bench_fractions.py, tests.tsv, benchmarks.txt,
+#   run.sh, compare_results.py, bench_fractions.py, torch_reference.py, tests.tsv, benchmarks.txt,
 #   examples.txt, MANIFEST
 #
 # Linking: libstdc++ and libgcc are linked statically (DFLASH_STATIC_LIBSTDCXX),
@@ -31,6 +32,10 @@
 # (libcuda.so.1, the driver, is loaded by cudart at run time), records the
 # glibc version the bundle needs (run.sh checks it), prints the size and fails
 # above 48 MiB.
+#
+# DFLASH_BUNDLE_BUILD_DIR (default build/gpu-bundle), DFLASH_BUNDLE_JOBS (2);
+# DFLASH_BUNDLE_STOP_AFTER=configure stops once CMake has configured and the
+# GPU test manifests are read, leaving OUT alone (a cheap check of a fresh clone).
 set -euo pipefail
 out=${1:?usage: scripts/gpu-bundle.sh OUT [CUDA_ARCH=90]}
 arch=${2:-90}
@@ -48,6 +53,8 @@ if [[ -e $out ]] && ! [[ -f $out/MANIFEST && -f $out/run.sh ]] && [[ -n $(ls -A 
 fi
 
 echo "gpu-bundle: configure $build (Release, CUDA on, sm_$arch)"
+# The logs sit next to the build folder: its parent (build/ in a fresh clone) may not exist yet.
+mkdir -p "$(dirname "$build")" || die "cannot create $(dirname "$build")"
 # MPI off: the GPU machine has no OpenMPI, and the example would link libmpi for --ranks.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DDFLASH_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
@@ -67,7 +74,16 @@ mapfile -t test_targets < <(cut -f1 "$build/dflash-gpu-tests.txt")
 mapfile -t bench_names < <(cut -f1 "$build/dflash-gpu-benchmarks.txt")
 ((${#test_targets[@]} > 0)) || die "no GPU test in $build (is CUDA enabled?)"
 examples=(dflash_train_pipeline dflash_train_pipeline_profiled)
-targets=(dflash_gpu_probe "${test_targets[@]}" "${bench_names[@]}" "${examples[@]}")
+# run.sh's PyTorch step: the ops drivers (tests/torch_reference), GPU and host twins.
+tools=(dflash_ops_driver_gpu dflash_ops_driver)
+# DFLASH_BUNDLE_STOP_AFTER=configure: stop here, OUT untouched (the fresh-clone
+# test checks everything up to the build without minutes of nvcc).
+if [[ ${DFLASH_BUNDLE_STOP_AFTER:-} == configure ]]; then
+  echo "gpu-bundle: configured $build (${#test_targets[@]} GPU test programs); stopping (DFLASH_BUNDLE_STOP_AFTER=configure)"
+  exit 0
+fi
+[[ -z ${DFLASH_BUNDLE_STOP_AFTER:-} ]] || die "DFLASH_BUNDLE_STOP_AFTER=${DFLASH_BUNDLE_STOP_AFTER}: only 'configure' is known"
+targets=(dflash_gpu_probe "${test_targets[@]}" "${bench_names[@]}" "${examples[@]}" "${tools[@]}")
 
 echo "gpu-bundle: build ${#targets[@]} targets with -j$jobs: ${targets[*]}"
 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}" >"$build.build.log" 2>&1 ||
@@ -100,7 +116,7 @@ bin_of() {  # target -> built file
 }
 for exe in "${test_exes[@]}"; do cp "$exe" "$out/bin/"; done
 while IFS=$'\t' read -r name path; do cp "$path" "$out/bin/$name"; done <"$build/dflash-gpu-benchmarks.txt"
-for t in dflash_gpu_probe "${examples[@]}"; do
+for t in dflash_gpu_probe "${examples[@]}" "${tools[@]}"; do
   f=$(bin_of "$t")
   [[ -n $f ]] || die "built $t but cannot find it under $build"
   cp "$f" "$out/bin/"
@@ -109,8 +125,9 @@ done
 awk -F'\t' -v OFS='\t' '{ n = split($2, p, "/"); $2 = "bin/" p[n]; print }' "$tests_tsv" >"$out/tests.tsv"
 printf 'bin/%s\n' "${bench_names[@]}" >"$out/benchmarks.txt"
 printf 'bin/%s\n' "${examples[@]}" >"$out/examples.txt"
-cp "$root/scripts/bundle/run.sh" "$root/scripts/bundle/compare_results.py" "$root/scripts/bundle/bench_fractions.py" "$out/"
-chmod +x "$out/run.sh" "$out/compare_results.py" "$out/bench_fractions.py"
+cp "$root/scripts/bundle/run.sh" "$root/scripts/bundle/compare_results.py" "$root/scripts/bundle/bench_fractions.py" \
+  "$root/scripts/bundle/torch_reference.py" "$out/"
+chmod +x "$out/run.sh" "$out/compare_results.py" "$out/bench_fractions.py" "$out/torch_reference.py"
 
 # ---- shared libraries: carry all but glibc, then prove the bundle is closed ---
 glibc_re='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1)$'

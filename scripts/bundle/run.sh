@@ -13,6 +13,11 @@
 #   3. the example, both binaries: --device cuda and --device cpu, 300 steps,
 #      seed 7, --results files compared by compare_results.py (integers and
 #      checksums exactly, floats within rel 1e-5 / abs 1e-6);
+#   3b. the ops against PyTorch on the same machine (torch_reference.py, its
+#      own time limit): dflash::ops::gpu (bin/dflash_ops_driver_gpu) against
+#      torch on cuda, the host twins (bin/dflash_ops_driver) against torch on
+#      the CPU; integers exactly, floats within the script's stated tolerances;
+#      no torch importable: SKIP ("skipped: torch not importable");
 #   4. every GPU benchmark; bandwidths as fractions of the device-to-device
 #      copy measured in the same run (bench_fractions.py);
 #   5. compute-sanitizer memcheck, racecheck, synccheck and initcheck on every
@@ -21,7 +26,8 @@
 #      test runs are not counted as failures (nor as passes).
 # LOGDIR/summary.txt: the device line, then one line per step,
 #   PASS | FAIL | UNSUPPORTED | SKIP   step   figures or reason
-# and a last RESULT line. Every step's output is in LOGDIR too.
+# a "skipped for time:" line naming every step the budget left out, and a last
+# RESULT line. Every step's output is in LOGDIR too.
 # Exit 0 only when every step passed (UNSUPPORTED allowed); no device: exit 1.
 set -uo pipefail
 [[ $# -eq 1 ]] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
@@ -48,12 +54,18 @@ result() {  # STATUS STEP FIGURES
   esac
 }
 # Seconds a step may take: at most WANT, and what is left of the budget (0:
-# nothing left, the step must be reported SKIP).
+# nothing left, the step must be reported SKIP). Call it right before the step
+# starts, never before a wait: the time spent waiting is no longer left.
 limit() {
   local left=$((budget - (SECONDS - t0) - 5))
   ((left > $1)) && left=$1
   ((left < 10)) && left=0
   echo "$left"
+}
+skipped_for_time=()
+skip_for_time() {  # STEP: reported SKIP, and named again in the closing lines
+  result SKIP "$1" "time budget exhausted"
+  skipped_for_time+=("$1")
 }
 first_line() {  # FILE REGEX -> first matching line, trimmed, or ""
   grep -m 1 -E "$2" "$1" 2>/dev/null | sed -e 's/^[= ]*//' -e 's/[[:space:]]*$//' | cut -c 1-160
@@ -109,7 +121,7 @@ for row in "${test_lines[@]}"; do
   IFS=$'\t' read -r name exe args <<<"$row"
   eval "argv=($args)"
   l=$(limit 60)  # seconds on an H200; a hang costs one minute, not the run
-  if ((l == 0)); then result SKIP "test $name" "time budget exhausted"; continue; fi
+  if ((l == 0)); then skip_for_time "test $name"; continue; fi
   s=$SECONDS
   timeout -k 5 "$l" "$exe" "${argv[@]}" >"$logs/test-$name.log" 2>&1
   rc=$?
@@ -131,6 +143,7 @@ done
 
 if ((have_gpu == 0)); then
   result SKIP "example cuda vs cpu" "no CUDA device"
+  result SKIP "torch reference (gpu and host ops vs torch)" "no CUDA device"
   result SKIP "GPU benchmarks" "no CUDA device"
   result SKIP "compute-sanitizer (4 tools x $n_tests tests)" "no CUDA device"
   emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP in $((SECONDS - t0)) s"
@@ -144,7 +157,7 @@ for exe in "${example_bins[@]}"; do
   name=$(basename "$exe")
   step="example $name cuda==cpu"
   l=$(limit 150)
-  if ((l == 0)); then result SKIP "$step" "time budget exhausted"; continue; fi
+  if ((l == 0)); then skip_for_time "$step"; continue; fi
   # One target worker: the drafter then sees the steps in the same order on
   # both backends, so even the loss curve must agree.
   common=(--steps 300 --seed 7 --target-workers 1 --quiet --profile-interval 0)
@@ -181,13 +194,42 @@ for exe in "${example_bins[@]}"; do
   fi
 done
 
+# ---- 3b. the ops against PyTorch, from the same inputs -------------------------------
+for pair in "dflash_ops_driver_gpu cuda" "dflash_ops_driver cpu"; do
+  read -r drv dev <<<"$pair"
+  step="torch reference: $drv vs torch $dev"
+  if [[ ! -x bin/$drv || ! -f torch_reference.py ]]; then
+    result FAIL "$step" "bin/$drv or torch_reference.py missing: the bundle is broken"
+    continue
+  fi
+  if ! command -v python3 >/dev/null; then result SKIP "$step" "python3 not found"; continue; fi
+  l=$(limit 90)
+  if ((l == 0)); then skip_for_time "$step"; continue; fi
+  s=$SECONDS
+  timeout -k 5 "$l" python3 torch_reference.py --driver "bin/$drv" --device "$dev" --timeout "$l" \
+    >"$logs/torch-$drv.log" 2>&1
+  rc=$?
+  d=$((SECONDS - s))
+  verdict=$(first_line "$logs/torch-$drv.log" '^RESULT: ' | sed 's/^RESULT: [A-Z]*: //')
+  if ((rc == 0)) && grep -q '^RESULT: PASS' "$logs/torch-$drv.log"; then
+    result PASS "$step" "$verdict, ${d} s"
+  elif ((rc == 77)); then
+    result SKIP "$step" "$(first_line "$logs/torch-$drv.log" '^skipped')"
+  elif timed_out "$rc"; then
+    result FAIL "$step" "timed out after ${l} s"
+  else
+    why=$(first_line "$logs/torch-$drv.log" '^(MISMATCH|FAIL)')
+    result FAIL "$step" "exit $rc: ${why:-see torch-$drv.log}${verdict:+ [$verdict]}"
+  fi
+done
+
 # ---- 4. GPU benchmarks, as fractions of the D2D copy ---------------------------------
 mapfile -t bench_bins <benchmarks.txt
 jsons=()
 for exe in "${bench_bins[@]}"; do
   name=$(basename "$exe")
   l=$(limit 120)
-  if ((l == 0)); then result SKIP "bench $name" "time budget exhausted"; continue; fi
+  if ((l == 0)); then skip_for_time "bench $name"; continue; fi
   json=$logs/bench-$name.json
   s=$SECONDS
   timeout -k 5 "$l" "$exe" --benchmark_min_time=0.1 --benchmark_out="$json" --benchmark_out_format=json \
@@ -222,10 +264,14 @@ if [[ -z $cs ]]; then
   result SKIP "compute-sanitizer (4 tools x $n_tests tests)" "compute-sanitizer not in PATH nor /usr/local/cuda*/bin"
 else
   # Background jobs, at most $sanitizer_jobs at once; each writes "rc seconds limit".
-  launch() {  # ID LIMIT CMD...
-    local id=$1 lim=$2
-    shift 2
+  # The limit is taken once a slot is free (a queued job's wait is spent
+  # budget); when nothing is left the step is skipped and launch returns 1.
+  launch() {  # ID WANT STEP CMD...
+    local id=$1 want=$2 step=$3 lim
+    shift 3
     while (($(jobs -rp | wc -l) >= sanitizer_jobs)); do wait -n; done
+    lim=$(limit "$want")
+    if ((lim == 0)); then skip_for_time "$step"; return 1; fi
     (
       s=$SECONDS
       timeout -k 5 "$lim" "$@" >"$logs/$id.log" 2>&1
@@ -236,10 +282,8 @@ else
   # Control: each tool on the clean probe. Failing there = unsupported here.
   declare -A supported=() probed=()
   for tool in "${tools[@]}"; do
-    l=$(limit 90)
-    if ((l == 0)); then result SKIP "$tool (all $n_tests GPU tests)" "time budget exhausted"; continue; fi
-    probed[$tool]=1
-    launch "sanitizer-$tool-probe" "$l" "$cs" --tool "$tool" --error-exitcode 99 bin/dflash_gpu_probe
+    launch "sanitizer-$tool-probe" 90 "$tool (all $n_tests GPU tests)" \
+      "$cs" --tool "$tool" --error-exitcode 99 bin/dflash_gpu_probe && probed[$tool]=1
   done
   wait
   for tool in "${tools[@]}"; do
@@ -263,15 +307,13 @@ else
       IFS=$'\t' read -r name exe args <<<"$row"
       eval "argv=($args)"
       id=sanitizer-$tool-$name
-      l=$(limit 180)
-      if ((l == 0)); then result SKIP "$tool $name" "time budget exhausted"; continue; fi
-      ids+=("$tool $name $id")
       # [concurrent] tests need two kernels resident at once (a producer and a
       # consumer spinning on one ring); the tools serialise kernels, so there
       # they could only time out. Every other test case runs under every tool.
       # (A test with its own Catch filter from ctest keeps it unchanged.)
       ((${#argv[@]})) || argv=("~[concurrent]")
-      launch "$id" "$l" "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 "$exe" "${argv[@]}"
+      launch "$id" 180 "$tool $name" "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 "$exe" "${argv[@]}" &&
+        ids+=("$tool $name $id")
     done
   done
   wait
@@ -293,6 +335,9 @@ fi
 
 total=$((SECONDS - t0))
 ((total > 300)) && result FAIL "whole run within 5 minutes" "took ${total} s"
+if ((${#skipped_for_time[@]} > 0)); then
+  emit "skipped for time: $(printf '%s, ' "${skipped_for_time[@]}" | sed 's/, $//')"
+fi
 emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP in ${total} s"
 if ((n_fail > 0 || n_skip > 0 || n_pass == 0)); then
   emit "RESULT: FAIL"

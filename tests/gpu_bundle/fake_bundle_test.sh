@@ -3,7 +3,10 @@
 # programs, nvidia-smi and compute-sanitizer are shell stubs, and checks its
 # summary line by line. No GPU and no CUDA build needed: this is run.sh's own
 # logic (statuses, figures, exit code), not the GPU code.
-#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice
+#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice|budget
+# budget: compute-sanitizer hangs on every test (not on the probe), two jobs at
+# a time, a 25 s budget: the run must end within the budget plus a few seconds
+# and name every step it skipped for time.
 set -uo pipefail
 src=$1 scenario=$2
 work=$(mktemp -d)
@@ -18,6 +21,23 @@ printf 'test_a\tbin/test_a\t\ntest_b\tbin/test_b\t'\''[x]'\'' --order decl\n' >"
 printf 'bin/bench_x\n' >"$b/benchmarks.txt"
 printf 'bin/ex_plain\nbin/ex_prof\n' >"$b/examples.txt"
 stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1"; chmod +x "$1"; }
+# The torch step: driver stubs and a torch_reference.py stand-in (its own checks are
+# tests/torch_reference's); "mixed": a mismatch on cuda, no torch for the CPU run.
+stub "$b/bin/dflash_ops_driver_gpu" 'exit 0'
+stub "$b/bin/dflash_ops_driver" 'exit 0'
+cat >"$b/torch_reference.py" <<PY
+import sys
+dev = sys.argv[sys.argv.index("--device") + 1]
+if "$scenario" == "mixed" and dev == "cuda":
+    print("MISMATCH c7 kv_indices: [3] driver 2 vs reference 1")
+    print("RESULT: FAIL: 1 mismatches; 107 cases; seed 5")
+    sys.exit(1)
+if "$scenario" == "mixed":
+    print("skipped: torch not importable (No module named torch)")
+    sys.exit(77)
+print("reference: torch 2.5.1 on " + dev)
+print("RESULT: PASS: 107 cases (90 random), torch reference on %s, 3.1 s; seed 5" % dev)
+PY
 
 if [[ $scenario == nodevice ]]; then
   # A stub, not "absent": a real nvidia-smi in /usr/bin must not change the outcome.
@@ -54,14 +74,19 @@ printf "steps 300\nchecksum 0xabc\nloss_f 2.5\n" >"$out"'
 prog=$(basename "$1")
 if [[ '"$scenario"' == mixed && $tool == racecheck && $prog == dflash_gpu_probe ]]; then
   echo "========= Error: racecheck is not supported on this runtime (fake)"; exit 1; fi
+if [[ '"$scenario"' == budget && $prog != dflash_gpu_probe ]]; then exec sleep 1000; fi
 if [[ '"$scenario"' == mixed && $tool == initcheck && $prog == test_b ]]; then
   echo "========= Uninitialized __global__ memory read of size 4 bytes"; echo "========= ERROR SUMMARY: 1 error"; exit 99; fi
 "$@"; rc=$?
 echo "========= ERROR SUMMARY: 0 errors"; exit $rc'
 fi
 
-PATH=$fake:/usr/bin:/bin "$b/run.sh" "$work/logs" >"$work/out.txt" 2>&1
+budget_env=()
+[[ $scenario == budget ]] && budget_env=(DFLASH_BUNDLE_BUDGET_S=25 DFLASH_BUNDLE_SANITIZER_JOBS=2)
+started=$SECONDS
+env "${budget_env[@]}" PATH=$fake:/usr/bin:/bin "$b/run.sh" "$work/logs" >"$work/out.txt" 2>&1
 rc=$?
+took=$((SECONDS - started))
 cat "$work/logs/summary.txt"
 fail=0
 expect() {  # REGEX: some summary line must match
@@ -77,6 +102,8 @@ case $scenario in
     expect '^PASS +test test_b +All tests passed'
     expect '^PASS +example ex_plain cuda==cpu +300 steps, seed 7: 2 exact values identical, 1 floats within rel 1e-05 / abs 1e-06'
     expect '^PASS +example ex_prof cuda==cpu'
+    expect '^PASS +torch reference: dflash_ops_driver_gpu vs torch cuda +107 cases \(90 random\), torch reference on cuda, 3.1 s; seed 5, [0-9]+ s'
+    expect '^PASS +torch reference: dflash_ops_driver vs torch cpu +107 cases'
     expect '^PASS +bench BM_pack<float>/4096/manual_time +100.0 us/iter, 3000.0 GB/s = 0.75 of D2D copy \(4000.0 GB/s\)'
     expect '^PASS +bench BM_readback_batched +9.5 us/iter \(latency'
     for t in memcheck racecheck synccheck initcheck; do
@@ -95,7 +122,10 @@ case $scenario in
     expect '^FAIL +initcheck test_b +ERROR SUMMARY: 1 error: Uninitialized __global__ memory read'
     expect '^PASS +initcheck test_a'
     expect '^FAIL +glibc +this machine has glibc [0-9.]+; the bundle needs >= 99.0'
-    expect '^total: .* 3 FAIL, 1 UNSUPPORTED, 0 SKIP'
+    expect '^FAIL +torch reference: dflash_ops_driver_gpu vs torch cuda +exit 1: MISMATCH c7 kv_indices: \[3\] driver 2 vs reference 1 \[1 mismatches; 107 cases; seed 5\]'
+    expect '^SKIP +torch reference: dflash_ops_driver vs torch cpu +skipped: torch not importable'
+    absent '^skipped for time'
+    expect '^total: .* 4 FAIL, 1 UNSUPPORTED, 1 SKIP'
     expect '^RESULT: FAIL$'
     ;;
   nodevice)
@@ -104,8 +134,25 @@ case $scenario in
     expect '^FAIL +probe .*no CUDA device'
     expect '^FAIL +test test_a +exit 1: no CUDA device'
     expect '^SKIP +compute-sanitizer .* no CUDA device'
+    expect '^SKIP +torch reference .* no CUDA device'
     absent '^PASS'
     expect '^RESULT: FAIL: no CUDA device'
+    ;;
+  budget)
+    # Each job's limit is what is left when it starts, not when it was queued:
+    # the first two sanitizer jobs time out, every later one is skipped.
+    [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
+    ((took <= 25 + 4)) || { echo "run.sh took $took s on a 25 s budget"; fail=1; }
+    expect '^PASS +test test_a'
+    expect '^FAIL +memcheck test_a +timed out after [0-9]+ s'
+    expect '^FAIL +memcheck test_b +timed out after [0-9]+ s'
+    for t in racecheck synccheck initcheck; do
+      expect "^SKIP +$t test_a +time budget exhausted"
+      expect "^SKIP +$t test_b +time budget exhausted"
+    done
+    expect '^skipped for time: racecheck test_a, racecheck test_b, synccheck test_a, synccheck test_b, initcheck test_a, initcheck test_b$'
+    expect '^total: .* 2 FAIL, 0 UNSUPPORTED, 6 SKIP'
+    expect '^RESULT: FAIL$'
     ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
