@@ -347,6 +347,27 @@ TEST_CASE("warp- and block-aggregated pushes, drained on another stream", "[devi
   CHECK(wstatus.get(1)[0] == static_cast<int>(ring_status::closed));
 }
 
+TEST_CASE("device_queue rejects a capacity whose bytes overflow, before any CUDA call", "[device_queue][gpu]") {
+  // 2^61 slots are within ring_control::max_capacity, but 2^61 * 8 bytes wrap to 0.
+  CHECK_THROWS_AS(dflash::device_queue<unsigned long long>(std::size_t{1} << 61), std::length_error);
+  CHECK_THROWS_AS(dflash::device_queue<int>(0), std::invalid_argument);
+  ok(cudaGetLastError());  // and nothing was left behind
+}
+
+TEST_CASE("stream_token: events are reused, one per token alive", "[device_queue][gpu]") {
+  stream s;
+  cudaEvent_t first = nullptr;
+  {
+    const auto t = dflash::stream_token::record(s.s);
+    first = t.event();
+  }
+  const auto again = dflash::stream_token::record(s.s);  // the pool hands back the event the first token held
+  CHECK(again.event() == first);
+  const auto other = dflash::stream_token::record(s.s);  // two alive: two events
+  CHECK(other.event() != again.event());
+  ok(cudaStreamSynchronize(s.s));
+}
+
 TEST_CASE("a push larger than the free space fails whole", "[device_queue][gpu]") {
   dflash::device_queue<int> q(40);  // one warp pushes 0+1+2+0+... = 31 items
   dev_buf<int> status(1);
