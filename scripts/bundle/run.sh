@@ -34,6 +34,13 @@ budget=${DFLASH_BUNDLE_BUDGET_S:-280}
 sanitizer_jobs=${DFLASH_BUNDLE_SANITIZER_JOBS:-6}
 t0=$SECONDS
 export DFLASH_REQUIRE_GPU=1
+# CUDA 13 loads a kernel lazily, at its first launch, and loading can wait for
+# the device to be idle: a kernel first launched while another kernel spins
+# waiting for it would wait for the spinner. The tests that run such pairs
+# (test_device_queue [concurrent]) load their kernels first; EAGER loads every
+# kernel (CUB's too) at start-up, so no launch of theirs can load one. Only
+# for them: eager loading costs every other program start-up time.
+eager_tests=" test_device_queue "
 cd "$here" || exit 2
 
 n_pass=0 n_fail=0 n_unsup=0 n_skip=0
@@ -111,7 +118,9 @@ for row in "${test_lines[@]}"; do
   l=$(limit 60)  # seconds on an H200; a hang costs one minute, not the run
   if ((l == 0)); then result SKIP "test $name" "time budget exhausted"; continue; fi
   s=$SECONDS
-  timeout -k 5 "$l" "$exe" "${argv[@]}" >"$logs/test-$name.log" 2>&1
+  loading=${CUDA_MODULE_LOADING:-LAZY}
+  [[ $eager_tests == *" $name "* ]] && loading=EAGER
+  CUDA_MODULE_LOADING=$loading timeout -k 5 "$l" "$exe" "${argv[@]}" >"$logs/test-$name.log" 2>&1
   rc=$?
   d=$((SECONDS - s))
   figures=$(catch_figures "$logs/test-$name.log")
