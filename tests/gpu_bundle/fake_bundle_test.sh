@@ -50,8 +50,13 @@ printf "steps 300\nchecksum 0xabc\nloss_f 2.5\n" >"$out"'
   fi
   # compute-sanitizer stand-in: runs the program; in "mixed", racecheck fails
   # even on the clean probe (unsupported) and initcheck finds an error in test_b.
-  stub "$fake/compute-sanitizer" 'while [[ $1 == --* ]]; do case $1 in --tool) tool=$2; shift;; --error-exitcode|--print-limit) shift;; esac; shift; done
+  # A memcheck run without --report-api-errors no reports the busy queries'
+  # cudaErrorNotReady as API errors, as the real one may (run.sh turns that off).
+  stub "$fake/compute-sanitizer" 'api=explicit; while [[ $1 == --* ]]; do case $1 in --tool) tool=$2; shift;; --report-api-errors) api=$2; shift;; --error-exitcode|--print-limit) shift;; esac; shift; done
 prog=$(basename "$1")
+if [[ $tool == memcheck && $api != no ]]; then
+  echo "========= Program hit cudaErrorNotReady (error 600) due to \"device not ready\" on CUDA API call to cudaEventQuery."
+  echo "========= ERROR SUMMARY: 1 error"; exit 99; fi
 if [[ '"$scenario"' == mixed && $tool == racecheck && $prog == dflash_gpu_probe ]]; then
   echo "========= Error: racecheck is not supported on this runtime (fake)"; exit 1; fi
 if [[ '"$scenario"' == mixed && $tool == initcheck && $prog == test_b ]]; then
