@@ -10,7 +10,8 @@
 # OUT holds:
 #   bin/      every test labelled "gpu" (ctest -L '^gpu$'; new GPU tests land here
 #             without editing this script), every GPU benchmark
-#             (dflash_add_gpu_benchmark), both example binaries, dflash_gpu_probe
+#             (dflash_add_gpu_benchmark), both example binaries, the guide's
+#             gpu_pipeline (host twin, then cuda_backend), dflash_gpu_probe
 #   lib/      libcudart.so.13; for the GPU benchmarks, libbenchmark.so.1debian and
 #             the libstdc++.so.6 / libgcc_s.so.1 it was built against
 #   run.sh, compare_results.py, bench_fractions.py, tests.tsv, benchmarks.txt,
@@ -67,7 +68,7 @@ mapfile -t test_targets < <(cut -f1 "$build/dflash-gpu-tests.txt")
 mapfile -t bench_names < <(cut -f1 "$build/dflash-gpu-benchmarks.txt")
 ((${#test_targets[@]} > 0)) || die "no GPU test in $build (is CUDA enabled?)"
 examples=(dflash_train_pipeline dflash_train_pipeline_profiled)
-targets=(dflash_gpu_probe "${test_targets[@]}" "${bench_names[@]}" "${examples[@]}")
+targets=(dflash_gpu_probe "${test_targets[@]}" "${bench_names[@]}" "${examples[@]}" gpu_pipeline)
 
 echo "gpu-bundle: build ${#targets[@]} targets with -j$jobs: ${targets[*]}"
 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}" >"$build.build.log" 2>&1 ||
@@ -100,7 +101,7 @@ bin_of() {  # target -> built file
 }
 for exe in "${test_exes[@]}"; do cp "$exe" "$out/bin/"; done
 while IFS=$'\t' read -r name path; do cp "$path" "$out/bin/$name"; done <"$build/dflash-gpu-benchmarks.txt"
-for t in dflash_gpu_probe "${examples[@]}"; do
+for t in dflash_gpu_probe "${examples[@]}" gpu_pipeline; do
   f=$(bin_of "$t")
   [[ -n $f ]] || die "built $t but cannot find it under $build"
   cp "$f" "$out/bin/"

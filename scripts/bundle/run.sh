@@ -190,6 +190,9 @@ for exe in "${example_bins[@]}"; do
   fi
 done
 
+# The guide's gpu_pipeline: the same pipeline on the host twin, then on cuda_backend (strict: no device fails).
+l=$(limit 60); if ((l == 0)); then result SKIP "example gpu_pipeline" "time budget exhausted"; elif timeout -k 5 "$l" bin/gpu_pipeline >"$logs/example-gpu_pipeline.log" 2>&1; then result PASS "example gpu_pipeline" "$(first_line "$logs/example-gpu_pipeline.log" '^cuda: total')"; else result FAIL "example gpu_pipeline" "exit $?: $(first_line "$logs/example-gpu_pipeline.log" '^cuda|total|error')"; fi
+
 # ---- 4. GPU benchmarks, as fractions of the D2D copy ---------------------------------
 mapfile -t bench_bins <benchmarks.txt
 jsons=()

@@ -48,6 +48,7 @@ printf "steps 300\nchecksum 0xabc\nloss_f 2.5\n" >"$out"'
   else
     stub "$b/bin/ex_prof" "$results"
   fi
+  stub "$b/bin/gpu_pipeline" 'echo "host twin: total 5068800 (expected 5068800)"; echo "cuda: total 5068800 (expected 5068800)"'
   # compute-sanitizer stand-in: runs the program; in "mixed", racecheck fails
   # even on the clean probe (unsupported) and initcheck finds an error in test_b.
   # A memcheck run without --report-api-errors no reports the busy queries'
@@ -84,6 +85,7 @@ case $scenario in
     expect '^PASS +example ex_prof cuda==cpu'
     expect '^PASS +bench BM_pack<float>/4096/manual_time +100.0 us/iter, 3000.0 GB/s = 0.75 of D2D copy \(4000.0 GB/s\)'
     expect '^PASS +bench BM_readback_batched +9.5 us/iter \(latency'
+    expect '^PASS +example gpu_pipeline +cuda: total 5068800 \(expected 5068800\)'
     for t in memcheck racecheck synccheck initcheck; do
       expect "^PASS +$t test_a +ERROR SUMMARY: 0 errors"
       expect "^PASS +$t test_b +ERROR SUMMARY: 0 errors"
