@@ -5,7 +5,8 @@
 //
 //   stream  cudaStream_t (non-blocking: never serialised with the legacy default stream)
 //   event   cudaEvent_t, created with cudaEventDisableTiming unless timing is asked for
-//   memory  cudaMallocAsync / cudaFreeAsync: stream-ordered, no device-wide sync
+//   memory  cudaMallocAsync / cudaFreeAsync: stream-ordered, no device-wide sync;
+//           the device's current pool keeps what is freed (see keep_pool_memory)
 //
 // Every call checks its cudaError_t and throws std::runtime_error naming the
 // call (dflash/detail/cuda_check.hpp); check(s) reports, without blocking, a
@@ -16,6 +17,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <limits>
+#include <mutex>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -50,6 +54,7 @@ class cuda_backend {
   }
 
   [[nodiscard]] stream_type create_stream() {
+    std::call_once(pool_once_, [] { keep_pool_memory(); });
     cudaStream_t s{};
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     return s;
@@ -126,10 +131,30 @@ class cuda_backend {
   [[nodiscard]] backend_stats stats() const noexcept { return stats_.snapshot(); }
 
  private:
+  // cudaFreeAsync gives memory back to the device's pool, and with the
+  // default release threshold (0) the pool hands it back to the driver at the
+  // next synchronisation, so the next cudaMallocAsync pays for a fresh
+  // allocation. A pipeline frees and allocates the same sizes again and again
+  // (device_buffer growth, per-item scratch): the pool keeps what it holds,
+  // so steady-state allocation is served from it. Device-wide: it sets the
+  // pool cudaMallocAsync uses (cudaDeviceGetMemPool), and only ever raises
+  // the threshold.
+  static void keep_pool_memory() {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    cudaMemPool_t pool{};
+    check(cudaDeviceGetMemPool(&pool, dev), "cudaDeviceGetMemPool");
+    std::uint64_t threshold = 0;
+    check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolGetAttribute");
+    if (threshold == std::numeric_limits<std::uint64_t>::max()) return;
+    threshold = std::numeric_limits<std::uint64_t>::max();
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolSetAttribute");
+  }
   static void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess) detail::cuda_check(e, std::string("dflash::cuda_backend: ") + what);
   }
   detail::backend_counters stats_;
+  std::once_flag pool_once_;
 };
 
 static_assert(DeviceBackend<cuda_backend>);
