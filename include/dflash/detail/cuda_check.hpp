@@ -3,7 +3,7 @@
 // only the runtime API, so g++/clang TUs that link CUDA::cudart use it too).
 //
 //   cuda_check(e, "dflash::x: cudaMalloc")   throws std::runtime_error unless e == cudaSuccess
-//   cuda_check_launch("dflash::x: k launch") after a <<<...>>> launch (cudaGetLastError)
+//   cuda_check_launch("dflash::x: k launch") after a <<<...>>> launch (launch_error(): cudaGetLastError)
 //   cuda_ready(cudaEventQuery(e), "...")     a query's answer: true done, false busy, else throws
 //   forget(e)                                clears the thread's last error only if it is e
 //
@@ -48,14 +48,17 @@ inline void cuda_check(cudaError_t e, std::string_view what) {
   throw std::runtime_error(std::string(what) + ": " + cuda_error_text(e));
 }
 
-/// After a kernel launch: reads and clears the thread's last error, so one
-/// failed launch is reported once. A leftover cudaErrorNotReady is not a
-/// launch failure. Anything else pending (a launch of this thread that failed
-/// earlier and nobody checked, or a sticky error) is reported here.
-inline void cuda_check_launch(std::string_view what) {
+/// After a kernel launch: the thread's last error, read and cleared (so one
+/// failed launch is reported once), with a leftover cudaErrorNotReady read as
+/// cudaSuccess (not a launch failure). Anything else pending (a launch of this
+/// thread that failed earlier and nobody checked, or a sticky error) is returned.
+[[nodiscard]] inline cudaError_t launch_error() noexcept {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaErrorNotReady) cuda_check(e, what);
+  return e == cudaErrorNotReady ? cudaSuccess : e;
 }
+
+/// cuda_check(launch_error(), what).
+inline void cuda_check_launch(std::string_view what) { cuda_check(launch_error(), what); }
 
 /// The answer of cudaEventQuery / cudaStreamQuery: true when the work is done,
 /// false while it is not (and no stale cudaErrorNotReady is left behind);

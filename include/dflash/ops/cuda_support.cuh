@@ -20,8 +20,8 @@ namespace dflash::ops::gpu::detail {
 inline void check(cudaError_t e, std::string_view what) {
   if (e != cudaSuccess) dflash::detail::cuda_check(e, "dflash::ops::gpu: " + std::string(what));
 }
-inline void check_launch(std::string_view what) {
-  dflash::detail::cuda_check_launch("dflash::ops::gpu: " + std::string(what));
+inline void check_launch(std::string_view what) {  // the message is built only on failure
+  check(dflash::detail::launch_error(), what);
 }
 
 inline constexpr std::size_t temp_alignment = 256;  // what cudaMalloc guarantees; CUB expects it
