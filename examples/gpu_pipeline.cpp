@@ -1,16 +1,41 @@
 #include <dflash/dflash.hpp>
+#if DFLASH_GPU_PIPELINE_CUDA
+#include <dflash/device/cuda_backend.hpp>
+
+#include "gpu_pipeline_kernels.hpp"  // launch_fill / launch_sum: kernels in gpu_pipeline_kernels.cu (nvcc)
+#endif
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 
-using B = dflash::host_stream_backend;  // or dflash::cuda_backend: same pipeline, real streams
+template <class B>
 using DS = dflash::device_stream<B>;
 
+// The device stages' stream work, per backend: a task on the stream's executor
+// thread (host twin, every build) or a kernel on the stream (CUDA builds).
+void fill_rows(float* x, int n, float v, const DS<dflash::host_stream_backend>& s) {
+  s.enqueue([=] { for (int i = 0; i < n; ++i) x[i] = v; });
+}
+void sum_rows(const float* x, int n, float* out, const DS<dflash::host_stream_backend>& s) {
+  s.enqueue([=] { float t = 0; for (int i = 0; i < n; ++i) t += x[i]; *out = t; });
+}
+#if DFLASH_GPU_PIPELINE_CUDA
+void fill_rows(float* x, int n, float v, const DS<dflash::cuda_backend>& s) { launch_fill(x, n, v, s.native()); }
+void sum_rows(const float* x, int n, float* out, const DS<dflash::cuda_backend>& s) { launch_sum(x, n, out, s.native()); }
+#endif
+
+template <class B>
 struct Rows : dflash::device_item<B> {  // one slot of the device link, reused
   int step = 0;                         // host field: set before publish
   dflash::device_buffer<float, B> x;    // device memory, written in stream order
+  dflash::device_buffer<float, B> sum;  // x's sum, on the device
 };
+template <class B>
+using Sum = std::unique_ptr<dflash::host_buffer<float, B>>;  // pinned with CUDA: the copy into it is asynchronous
 
 struct Steps {  // host source
   static constexpr dflash::fixed_string name{"steps"};
@@ -20,44 +45,68 @@ struct Steps {  // host source
   std::optional<int> operator()() { return next < 100 ? std::optional(next++) : std::nullopt; }
 };
 
+template <class B>
 struct Forward {  // host -> device link: enqueue the work that fills the slot
   static constexpr dflash::fixed_string name{"forward"};
   using input_type = int;
-  using output_type = Rows;
-  void operator()(int&& step, Rows& out, const DS& s) const {
+  using output_type = Rows<B>;
+  void operator()(int&& step, Rows<B>& out, const DS<B>& s) const {
     out.step = step;
-    float* x = out.x.ensure(1024, s);
-    s.enqueue([x, step] { for (int i = 0; i < 1024; ++i) x[i] = float(step); });  // CUDA: a kernel on s.native()
+    fill_rows(out.x.ensure(1024, s), 1024, float(step), s);
   }
 };
 
+template <class B>
 struct Reduce {  // device link -> host: the result is written by enqueued work
   static constexpr dflash::fixed_string name{"reduce"};
-  using input_type = Rows;
-  using output_type = std::unique_ptr<float>;
-  std::unique_ptr<float> operator()(Rows& in, const DS& s) const {
-    auto sum = std::make_unique<float>(0.f);
-    s.enqueue([x = in.x.data(), out = sum.get()] { for (int i = 0; i < 1024; ++i) *out += x[i]; });
+  using input_type = Rows<B>;
+  using output_type = Sum<B>;
+  Sum<B> operator()(Rows<B>& in, const DS<B>& s) const {
+    auto sum = std::make_unique<dflash::host_buffer<float, B>>();
+    float* d = in.sum.ensure(1, s);
+    sum_rows(in.x.data(), 1024, d, s);
+    s.copy(sum->ensure(1, s.backend()), d, sizeof(float));  // device -> host, in stream order
     return sum;  // the pipeline makes the next stage wait for that work
   }
 };
 
+template <class B>
 struct Print {  // host sink
   static constexpr dflash::fixed_string name{"print"};
-  using input_type = std::unique_ptr<float>;
+  using input_type = Sum<B>;
   using output_type = void;
   float total = 0;
-  void operator()(std::unique_ptr<float>&& sum) { total += *sum; }
+  void operator()(Sum<B>&& sum) { total += *sum->data(); }
 };
 
+template <class P, class B>
+using gpu_pipeline = dflash::Pipeline<P, Steps, dflash::queue_spec<"steps_q", 8>, dflash::workers<Forward<B>, 2>,
+                                      dflash::device_link<"rows", 4>, Reduce<B>, dflash::queue_spec<"sums", 16>,
+                                      Print<B>>;
 template <class P>
-using gpu_pipeline = dflash::Pipeline<P, Steps, dflash::queue_spec<"steps_q", 8>, dflash::workers<Forward, 2>,
-                                      dflash::device_link<"rows", 4>, Reduce, dflash::queue_spec<"sums", 16>, Print>;
+using twin_pipeline = gpu_pipeline<P, dflash::host_stream_backend>;  // the keys do not depend on the backend
 
-int main() {
-  dflash::AccumulatingProfiler<dflash::pipeline_keys_t<gpu_pipeline>> prof;
-  gpu_pipeline<decltype(prof)> p(prof);
+template <class B>  // the same pipeline on backend B; true when the total is right
+bool run() {
+  dflash::AccumulatingProfiler<dflash::pipeline_keys_t<twin_pipeline>> prof;
+  gpu_pipeline<decltype(prof), B> p(prof);
   p.run();
   p.join();
-  std::printf("total %.0f (expected %.0f)\n%s", p.stage<3>().total, 1024.0 * 4950, prof.summary().c_str());
+  const float total = p.template stage<3>().total;
+  std::printf("%s: total %.0f (expected %.0f)\n%s", B::name, total, 1024.0 * 4950, prof.summary().c_str());
+  return total == 1024.0f * 4950;
+}
+
+int main() {
+  bool ok = run<dflash::host_stream_backend>();
+#if DFLASH_GPU_PIPELINE_CUDA
+  if (const std::string why = dflash::cuda_backend::probe(); why.empty()) {
+    ok = run<dflash::cuda_backend>() && ok;
+  } else {  // DFLASH_REQUIRE_GPU=1 (the GPU bundle): no device is a failure
+    std::printf("cuda: not run: %s\n", why.c_str());
+    const char* strict = std::getenv("DFLASH_REQUIRE_GPU");
+    if (strict && std::strcmp(strict, "1") == 0) ok = false;
+  }
+#endif
+  return ok ? 0 : 1;
 }

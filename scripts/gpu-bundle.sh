@@ -10,7 +10,8 @@
 # OUT holds:
 #   bin/      every test labelled "gpu" (ctest -L '^gpu$'; new GPU tests land here
 #             without editing this script), every GPU benchmark
-#             (dflash_add_gpu_benchmark), both example binaries, dflash_gpu_probe,
+#             (dflash_add_gpu_benchmark), both example binaries, the guide's
+#             gpu_pipeline (host twin, then cuda_backend), dflash_gpu_probe,
 #             the ops drivers dflash_ops_driver_gpu / dflash_ops_driver (torch step)
 #   lib/      libcudart.so.13; for the GPU benchmarks, libbenchmark.so.1debian and
 #             the libstdc++.so.6 / libgcc_s.so.1 it was built against
@@ -83,7 +84,7 @@ if [[ ${DFLASH_BUNDLE_STOP_AFTER:-} == configure ]]; then
   exit 0
 fi
 [[ -z ${DFLASH_BUNDLE_STOP_AFTER:-} ]] || die "DFLASH_BUNDLE_STOP_AFTER=${DFLASH_BUNDLE_STOP_AFTER}: only 'configure' is known"
-targets=(dflash_gpu_probe "${test_targets[@]}" "${bench_names[@]}" "${examples[@]}" "${tools[@]}")
+targets=(dflash_gpu_probe "${test_targets[@]}" "${bench_names[@]}" "${examples[@]}" gpu_pipeline "${tools[@]}")
 
 echo "gpu-bundle: build ${#targets[@]} targets with -j$jobs: ${targets[*]}"
 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}" >"$build.build.log" 2>&1 ||
@@ -116,7 +117,7 @@ bin_of() {  # target -> built file
 }
 for exe in "${test_exes[@]}"; do cp "$exe" "$out/bin/"; done
 while IFS=$'\t' read -r name path; do cp "$path" "$out/bin/$name"; done <"$build/dflash-gpu-benchmarks.txt"
-for t in dflash_gpu_probe "${examples[@]}" "${tools[@]}"; do
+for t in dflash_gpu_probe "${examples[@]}" gpu_pipeline "${tools[@]}"; do
   f=$(bin_of "$t")
   [[ -n $f ]] || die "built $t but cannot find it under $build"
   cp "$f" "$out/bin/"

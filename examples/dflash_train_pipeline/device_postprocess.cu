@@ -1,18 +1,19 @@
 // --device cuda: the postprocess ops on the GPU (dflash::ops::gpu), enqueued on
-// the caller's stream; the host never waits for the device here. One step, in
-// stream order on that stream:
-//   1. host function: the job's host inputs -> pinned input staging
-//   2. one H2D copy: pinned input staging -> the stream's device arena
+// the caller's stream; the host never waits for the device here. One step:
+//   1. this thread: the job's host inputs -> the step's pinned staging block
+//   2. one H2D copy: the block's inputs -> the stream's device arena
 //   3. doc ids, cu_seqlens, packing (from the slot's device buffer), anchors,
 //      block mask: kernels and CUB scans into the arena
-//   4. one D2H copy: every result (and cu_seqlens) -> pinned result staging
-//   5. host function: pinned -> the caller's spans, token-count check, then(error)
-// Why host functions around pinned staging: cudaMemcpyAsync from pageable
-// memory waits for the stream, and the host thread may not overwrite pinned
-// staging an earlier step's copy may still read; a host function runs exactly
-// when the stream reaches it. Errors cannot be thrown there: a token-count
-// mismatch goes to then(error), so it travels with the item; an exception
-// from then() itself is stored and rethrown by the next enqueue() call.
+//   4. one D2H copy: every result (and cu_seqlens) -> the same block
+// and the block travels with the item as a device_result: the consumer's host
+// stage unpacks it (pinned -> the item's vectors, token-count check) after the
+// pipeline made it wait for the item's event. No CUDA host functions: CUDA runs
+// them on one thread with the stream stalled behind them, and the stage's
+// device time (postprocess.gpu) would count their CPU time.
+// Pinned blocks come from a pool: a block is the step's own from its inputs to
+// its unpacking, so neither the host thread nor a later step can overwrite
+// what a copy still reads; each block's event (recorded after its step's last
+// copy) says when the pool may hand it out again.
 // The only CUDA TU of the example (built when DFLASH_ENABLE_CUDA is ON).
 #include "device_postprocess.hpp"
 
@@ -22,7 +23,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include <dflash/detail/cuda_check.hpp>
 #include <dflash/ops/anchors.cuh>
 #include <dflash/ops/block_mask.cuh>
 #include <dflash/ops/doc_ids.cuh>
@@ -43,7 +44,7 @@ using gpu::detail::align_up;
 using gpu::detail::check;
 using gpu::detail::temp_alignment;
 
-namespace {
+namespace postprocess_detail {  // named: device_result::state holds these
 
 /// Element counts of one step (or of its upper bound, to size buffers once).
 struct dims {
@@ -115,126 +116,95 @@ T* at(std::byte* base, std::size_t offset) noexcept {
   return reinterpret_cast<T*>(base + offset);
 }
 
-/// Errors from host functions, rethrown on the host by the next enqueue().
-class error_sink {
+/// One step's pinned host memory: results at [0, out_bytes) (the D2H copy's
+/// layout), inputs from inputs_at(l) on (the H2D copy's source).
+struct staging_block {
+  std::byte* p = nullptr;
+  std::size_t cap = 0;
+  cudaEvent_t done = nullptr;  ///< recorded after the step's last copy from / into p
+};
+[[nodiscard]] inline std::size_t inputs_at(const layout& l) noexcept { return align_up(l.out_bytes); }
+[[nodiscard]] inline std::size_t block_bytes(const layout& l) noexcept { return inputs_at(l) + l.in_bytes; }
+
+/// The pinned blocks, reused. take() hands out only a block whose last step
+/// has completed on the device (its event), so a result dropped before its
+/// step ran (an error path) cannot have its block overwritten in flight.
+/// Blocks are sized for the largest step the shapes allow, so varying token
+/// counts reuse them; a block outgrown by a larger shape stays in the pool
+/// unused (cudaFreeHost may synchronise the device: only the destructor frees).
+class staging_pool {
  public:
-  void fail(std::exception_ptr e) noexcept {
-    const std::lock_guard lock(mu_);
-    if (!first_) first_ = std::move(e);  // the first one is the cause; later ones are usually its echoes
+  staging_pool() = default;
+  staging_pool(const staging_pool&) = delete;
+  staging_pool& operator=(const staging_pool&) = delete;
+  ~staging_pool() {
+    for (staging_block& b : free_) destroy(b);
   }
-  void rethrow() {
-    std::exception_ptr e;
+
+  /// A free block of at least `need` bytes; a new one of `want` bytes if none.
+  [[nodiscard]] staging_block take(std::size_t need, std::size_t want) {
     {
       const std::lock_guard lock(mu_);
-      e = std::exchange(first_, nullptr);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->cap < need) continue;
+        if (!dflash::detail::cuda_ready(cudaEventQuery(it->done), "device_postprocess: cudaEventQuery")) continue;
+        const staging_block b = *it;
+        free_.erase(it);
+        return b;
+      }
     }
-    if (e) std::rethrow_exception(e);
+    staging_block b;
+    b.cap = std::max<std::size_t>({need, want, 1});
+    void* q = nullptr;
+    check(cudaMallocHost(&q, b.cap), "device_postprocess: cudaMallocHost");
+    b.p = static_cast<std::byte*>(q);
+    if (const cudaError_t e = cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming); e != cudaSuccess) {
+      (void)cudaFreeHost(q);
+      check(e, "device_postprocess: cudaEventCreate");
+    }
+    return b;
+  }
+  void give_back(const staging_block& b) noexcept {
+    try {
+      const std::lock_guard lock(mu_);
+      free_.push_back(b);
+      return;
+    } catch (...) {  // no memory for the list: free the block instead
+    }
+    staging_block gone = b;
+    destroy(gone);
   }
 
  private:
+  static void destroy(staging_block& b) noexcept {
+    (void)cudaEventSynchronize(b.done);  // its last copy, if one is still in flight
+    (void)cudaFreeHost(b.p);
+    (void)cudaEventDestroy(b.done);
+  }
   std::mutex mu_;
-  std::exception_ptr first_;
+  std::vector<staging_block> free_;
 };
 
-/// Enqueues f (moved to the heap) as a host function; the host function deletes it.
-/// Note: CUDA skips host functions once the context has a sticky error, so then
-/// the closure leaks; the pipeline reports that error from the stream itself.
-template <class F>
-void CUDART_CB run_closure(void* p) noexcept {
-  const std::unique_ptr<F> f(static_cast<F*>(p));
-  (*f)();
-}
-template <class F>
-void launch_host(cudaStream_t s, F f) {
-  auto owned = std::make_unique<F>(std::move(f));
-  check(cudaLaunchHostFunc(s, &run_closure<F>, owned.get()), "device_postprocess: cudaLaunchHostFunc");
-  (void)owned.release();
-}
+}  // namespace postprocess_detail
 
-/// Step 1: the host inputs, packed on the host thread, written to pinned
-/// staging when the stream gets here (after the previous step's H2D copy).
-struct fill_inputs {
-  std::byte* staging;
-  std::vector<std::byte> bytes;
-  void operator()() noexcept { std::memcpy(staging, bytes.data(), bytes.size()); }
-};
+using namespace postprocess_detail;
 
-/// Step 5: pinned results -> the caller's spans, then `then`. Runs before the
-/// next step's D2H copy (stream order), so the staging is not yet reused.
-struct deliver {
-  const std::byte* staged;
-  layout l;
-  dims n;
-  device_output out;
-  std::function<void(std::exception_ptr)> then;
-  std::int32_t expected_tokens;
-  error_sink* errors;
+namespace {
 
-  template <class T>
-  void copy(T* dst, std::size_t offset, std::size_t count) const noexcept {
-    if (count) std::memcpy(dst, staged + offset, count * sizeof(T));
-  }
-  void operator()() noexcept {
-    try {
-      copy(out.hidden.data(), l.packed, n.tokens * n.feature);
-      copy(out.doc_ids.data(), l.doc, n.tokens);
-      copy(out.pos.data(), l.pos, n.tokens);
-      copy(out.anchors.data(), l.anchors, n.anchors);
-      copy(out.keep.data(), l.keep, n.anchors);
-      copy(out.mask.kv_num_blocks, l.kv_num, n.nq);
-      copy(out.mask.kv_indices, l.kv_idx, n.nidx);
-      copy(out.mask.full_kv_num_blocks, l.full_num, n.nq);
-      copy(out.mask.full_kv_indices, l.full_idx, n.nidx);
-      std::int32_t packed = 0;
-      std::memcpy(&packed, staged + l.cu + n.docs * sizeof(std::int32_t), sizeof packed);
-      std::exception_ptr wrong;  // the item is wrong: its consumer is told, with the item
-      if (packed != expected_tokens)
-        wrong = std::make_exception_ptr(std::runtime_error("device_postprocess: packing produced " +
-                                                           std::to_string(packed) + " tokens, expected " +
-                                                           std::to_string(expected_tokens)));
-      if (then) then(wrong);
-    } catch (...) {
-      errors->fail(std::current_exception());
-    }
-  }
-};
-
-/// Pinned host memory that only grows. cudaFreeHost may synchronise the
-/// device, so outgrown buffers are kept (earlier steps may still use them)
-/// and freed with the rest in the destructor; sizing by the step's upper
-/// bound makes growth rare.
-struct pinned {
-  std::byte* p = nullptr;
-  std::size_t cap = 0;
-  void ensure(std::size_t need, std::size_t want, std::vector<void*>& retired) {
-    if (need <= cap && p) return;
-    void* q = nullptr;
-    check(cudaMallocHost(&q, std::max<std::size_t>(want, 1)), "device_postprocess: cudaMallocHost");
-    if (p) retired.push_back(p);
-    p = static_cast<std::byte*>(q);
-    cap = std::max<std::size_t>(want, 1);
-  }
-};
-
-/// Everything one stream's steps reuse. Only that stream touches it (one
-/// thread enqueues per stream), so reuse is ordered by the stream.
+/// The device arena one stream's steps reuse. Only that stream touches it
+/// (one thread enqueues per stream), so reuse is ordered by the stream.
 struct stream_state {
   std::byte* arena_raw = nullptr;  // cudaMallocAsync on the stream; grown with cudaFreeAsync + cudaMallocAsync
   std::byte* arena = nullptr;      // arena_raw rounded up to 256 bytes
   std::size_t arena_cap = 0;
-  pinned in, out;
-  std::vector<void*> retired;
   cudaEvent_t done = nullptr;  // recorded after each step: what the destructor waits for
 
   stream_state() { check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "device_postprocess: cudaEventCreate"); }
   stream_state(const stream_state&) = delete;
   stream_state& operator=(const stream_state&) = delete;
   ~stream_state() {
-    (void)cudaEventSynchronize(done);  // the last step's work and host functions (the pipeline already synced)
+    (void)cudaEventSynchronize(done);  // the last step's work (the pipeline already synced)
     if (arena_raw) (void)cudaFree(arena_raw);  // async-allocated: no implicit sync, its work is done
-    for (void* p : retired) (void)cudaFreeHost(p);
-    if (in.p) (void)cudaFreeHost(in.p);
-    if (out.p) (void)cudaFreeHost(out.p);
     (void)cudaEventDestroy(done);
   }
 
@@ -287,9 +257,54 @@ void validate(const device_output& out, const dims& n) {
 
 }  // namespace
 
+struct device_result::state {
+  std::shared_ptr<staging_pool> pool;  // the block goes back here; keeps the pool alive
+  staging_block block;
+  layout l{};
+  dims n{};
+  std::int32_t expected_tokens = 0;
+  state() = default;
+  state(const state&) = delete;
+  state& operator=(const state&) = delete;
+  ~state() {
+    if (block.p) pool->give_back(block);
+  }
+};
+
+device_result::device_result() noexcept = default;
+device_result::device_result(std::unique_ptr<state> s) noexcept : s_(std::move(s)) {}
+device_result::device_result(device_result&&) noexcept = default;
+device_result& device_result::operator=(device_result&&) noexcept = default;
+device_result::~device_result() = default;
+
+void device_result::unpack(const device_output& out) const {
+  if (!s_) throw std::logic_error("device_result::unpack: empty result");
+  const dims& n = s_->n;
+  const layout& l = s_->l;
+  validate(out, n);
+  const std::byte* staged = s_->block.p;
+  auto copy = [staged](auto* dst, std::size_t offset, std::size_t count) {
+    if (count) std::memcpy(dst, staged + offset, count * sizeof(*dst));
+  };
+  copy(out.hidden.data(), l.packed, n.tokens * n.feature);
+  copy(out.doc_ids.data(), l.doc, n.tokens);
+  copy(out.pos.data(), l.pos, n.tokens);
+  copy(out.anchors.data(), l.anchors, n.anchors);
+  copy(out.keep.data(), l.keep, n.anchors);
+  copy(out.mask.kv_num_blocks, l.kv_num, n.nq);
+  copy(out.mask.kv_indices, l.kv_idx, n.nidx);
+  copy(out.mask.full_kv_num_blocks, l.full_num, n.nq);
+  copy(out.mask.full_kv_indices, l.full_idx, n.nidx);
+  std::int32_t packed = 0;
+  std::memcpy(&packed, staged + l.cu + n.docs * sizeof(std::int32_t), sizeof packed);
+  if (packed != s_->expected_tokens)
+    throw std::runtime_error("device_postprocess: packing produced " + std::to_string(packed) + " tokens, expected " +
+                             std::to_string(s_->expected_tokens));
+}
+
 struct device_postprocessor::impl {
-  error_sink errors;  // declared first, destroyed last: ~stream_state waits for the host functions using it
-  std::mutex mu;      // guards `streams` (the map, not the states: one thread per stream)
+  std::shared_ptr<staging_pool> pool = std::make_shared<staging_pool>();  // results in flight share it
+  std::mutex mu;  // guards `streams` (the map, not the states: one thread per stream)
   std::unordered_map<cudaStream_t, std::unique_ptr<stream_state>> streams;
 
   stream_state& state(cudaStream_t s) {
@@ -319,41 +334,41 @@ device_postprocessor::device_postprocessor() {
 }
 device_postprocessor::~device_postprocessor() = default;
 
-void device_postprocessor::rethrow_pending() { impl_->errors.rethrow(); }
-
-void device_postprocessor::enqueue(const device_job& job, const device_output& out,
-                                   std::function<void(std::exception_ptr)> then,
-                                   void* stream) {
+device_result device_postprocessor::enqueue(const device_job& job, void* stream) {
   impl& d = *impl_;
-  d.errors.rethrow();  // an earlier step's host function failed
   const auto s = static_cast<cudaStream_t>(stream);
   validate(job);
   const dims n = dims_for(job, job.tokens);
-  validate(out, n);
   const layout l = layout_for(n);
   stream_state& st = d.state(s);
+  // Buffers are sized for the largest step these shapes allow (all of
+  // docs * seq packed), so varying token counts do not reallocate.
+  const std::int64_t most = std::min<std::int64_t>(std::int64_t{job.docs} * job.seq, dflash::ops::anchor_max_seq);
+  const layout big = layout_for(dims_for(job, static_cast<std::int32_t>(std::max<std::int64_t>(most, job.tokens))));
+
+  auto result = std::make_unique<device_result::state>();
+  result->pool = d.pool;
+  result->l = l;
+  result->n = n;
+  result->expected_tokens = job.tokens;
+  result->block = d.pool->take(block_bytes(l), std::max(block_bytes(big), block_bytes(l)));
+  std::byte* const pin = result->block.p;
+
+  // 1. Inputs, written by this thread into the step's own block (no copy reads
+  //    it yet): seq_lens = {tokens}, lengths, the packed loss mask.
+  std::byte* const in = pin + inputs_at(l);
+  std::memcpy(in + l.seq_len, &job.tokens, sizeof(std::int32_t));
+  if (n.docs) std::memcpy(in + l.lengths, job.lengths.data(), n.docs * sizeof(std::int32_t));
+  if (n.tokens) std::memcpy(in + l.loss, job.loss_mask.data(), n.tokens);
 
   // A recycled stream handle must not overtake the previous owner's last step.
   check(cudaStreamWaitEvent(s, st.done, 0), "device_postprocess: cudaStreamWaitEvent");
   try {
-    // Buffers only grow, sized for the largest step these shapes allow (all
-    // of docs * seq packed), so varying token counts do not reallocate.
-    if (l.total > st.arena_cap || l.in_bytes > st.in.cap || l.out_bytes > st.out.cap) {
-      const std::int64_t most = std::min<std::int64_t>(std::int64_t{job.docs} * job.seq, dflash::ops::anchor_max_seq);
-      const layout big = layout_for(dims_for(job, static_cast<std::int32_t>(std::max<std::int64_t>(most, job.tokens))));
-      st.ensure_arena(l.total, std::max(big.total, l.total), s);
-      st.in.ensure(l.in_bytes, std::max(big.in_bytes, l.in_bytes), st.retired);
-      st.out.ensure(l.out_bytes, std::max(big.out_bytes, l.out_bytes), st.retired);
-    }
+    if (l.total > st.arena_cap) st.ensure_arena(l.total, std::max(big.total, l.total), s);
     std::byte* const a = st.arena;
 
-    // 1-2. Inputs: seq_lens = {tokens}, lengths, the packed loss mask.
-    std::vector<std::byte> in(l.in_bytes);
-    std::memcpy(in.data() + l.seq_len, &job.tokens, sizeof(std::int32_t));
-    if (n.docs) std::memcpy(in.data() + l.lengths, job.lengths.data(), n.docs * sizeof(std::int32_t));
-    if (n.tokens) std::memcpy(in.data() + l.loss, job.loss_mask.data(), n.tokens);
-    launch_host(s, fill_inputs{st.in.p, std::move(in)});
-    check(cudaMemcpyAsync(a + l.in, st.in.p, l.in_bytes, cudaMemcpyHostToDevice, s), "device_postprocess: upload");
+    // 2. One upload of the inputs.
+    check(cudaMemcpyAsync(a + l.in, in, l.in_bytes, cudaMemcpyHostToDevice, s), "device_postprocess: upload");
     const auto* lengths = at<const std::int32_t>(a, l.in + l.lengths);
 
     // 3. The ops, as the host path runs them.
@@ -369,22 +384,23 @@ void device_postprocessor::enqueue(const device_job& job, const device_output& o
                             at<float>(a, l.packed), s);
     gpu::select_anchors(job.anchors, 1, job.tokens, at<const std::int32_t>(a, l.in + l.seq_len),
                         at<const std::uint8_t>(a, l.in + l.loss), doc, anchors, keep, temp, l.temp_bytes, s);
+    // build_block_mask writes every index entry (unused ones as 0, as the host form has them).
     const dflash::ops::block_sparse_view mask{at<std::int32_t>(a, l.kv_num), at<std::int32_t>(a, l.kv_idx),
                                               at<std::int32_t>(a, l.full_num), at<std::int32_t>(a, l.full_idx)};
-    if (n.nidx) {  // unused index entries are 0, as in the host form
-      check(cudaMemsetAsync(mask.kv_indices, 0, n.nidx * sizeof(std::int32_t), s), "device_postprocess: memset");
-      check(cudaMemsetAsync(mask.full_kv_indices, 0, n.nidx * sizeof(std::int32_t), s), "device_postprocess: memset");
-    }
     gpu::build_block_mask(job.mask, job.tile, pos, anchors, keep, mask, s);
 
-    // 4-5. Results -> pinned (one copy), then -> the caller's spans and `then`.
-    check(cudaMemcpyAsync(st.out.p, a, l.out_bytes, cudaMemcpyDeviceToHost, s), "device_postprocess: copy back");
-    launch_host(s, deliver{st.out.p, l, n, out, std::move(then), job.tokens, &d.errors});
+    // 4. Every result -> the block, one copy; the block is free again once it completed.
+    check(cudaMemcpyAsync(pin, a, l.out_bytes, cudaMemcpyDeviceToHost, s), "device_postprocess: copy back");
+    check(cudaEventRecord(result->block.done, s), "device_postprocess: cudaEventRecord");
   } catch (...) {
-    (void)cudaEventRecord(st.done, s);  // whatever was enqueued: the destructor still waits for it
+    // Whatever was enqueued: the pool does not reuse the block, nor the
+    // destructor free the arena, before it has run.
+    (void)cudaEventRecord(result->block.done, s);
+    (void)cudaEventRecord(st.done, s);
     throw;
   }
   check(cudaEventRecord(st.done, s), "device_postprocess: cudaEventRecord");
+  return device_result(std::move(result));
 }
 
 }  // namespace dflash_example

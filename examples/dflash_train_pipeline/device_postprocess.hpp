@@ -2,15 +2,16 @@
 // The --device cuda postprocess: doc ids, packing, anchors and the block mask
 // run on the GPU (dflash::ops::gpu, in device_postprocess.cu), on the
 // postprocess stage's stream, and the results are copied into pinned host
-// memory asynchronously; a host function on the same stream then fills the
-// HS item and runs `then`. Nothing here waits for the device: the pipeline
-// makes the drafter wait for the item. The interface does not depend on the
-// profiler policy or on CUDA headers, so ONE .cu TU serves every variant.
-// Builds without CUDA link device_postprocess_none.cpp, whose probe() says so.
+// memory asynchronously. enqueue() returns them as a device_result; a host
+// stage unpacks it (device_result::unpack) once the pipeline has made it wait
+// for the item's event. Nothing here waits for the device, and nothing runs
+// in a CUDA host function: CUDA runs those on one thread and the stream
+// stalls behind them (and its device time would count their CPU time).
+// The interface does not depend on the profiler policy or on CUDA headers,
+// so ONE .cu TU serves every variant. Builds without CUDA link
+// device_postprocess_none.cpp, whose probe() says so.
 
 #include <cstdint>
-#include <exception>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,15 +34,42 @@ struct device_job {
   dflash::ops::tile_shape tile;
 };
 
-/// Host destinations, sized by the caller, written when the stream reaches
-/// the host function: hidden [tokens*feature], doc_ids/pos [tokens],
-/// anchors/keep [num_anchors], mask arrays as block_sparse_mask lays them out.
-/// They must stay valid (and unmoved) until then.
+/// Host destinations of device_result::unpack, sized by the caller:
+/// hidden [tokens*feature], doc_ids/pos [tokens], anchors/keep [num_anchors],
+/// mask arrays as block_sparse_mask lays them out.
 struct device_output {
   std::span<float> hidden;
   std::span<std::int32_t> doc_ids, pos, anchors;
   std::span<std::uint8_t> keep;
   dflash::ops::block_sparse_view mask;
+};
+
+/// One step's results in pinned host memory (a staging block of the
+/// postprocessor's pool). Valid to unpack once the stream has passed the step
+/// (the consumer's wait for the item's event). Move-only; destroying it gives
+/// the block back to the pool, which reuses it only once the block's last
+/// step has completed on the device (so a result dropped early is safe too).
+class device_result {
+ public:
+  device_result() noexcept;  ///< empty
+  device_result(device_result&&) noexcept;
+  device_result& operator=(device_result&&) noexcept;
+  device_result(const device_result&) = delete;
+  device_result& operator=(const device_result&) = delete;
+  ~device_result();
+  [[nodiscard]] explicit operator bool() const noexcept { return s_ != nullptr; }
+
+  /// Copies the results into `out` (sized for the job). Throws
+  /// std::runtime_error when packing produced a token count other than the
+  /// job's (the item is wrong), std::logic_error when empty or sized wrong.
+  void unpack(const device_output& out) const;
+
+  struct state;  ///< device_postprocess.cu
+
+ private:
+  friend class device_postprocessor;
+  explicit device_result(std::unique_ptr<state> s) noexcept;
+  std::unique_ptr<state> s_;
 };
 
 class device_postprocessor {
@@ -54,20 +82,11 @@ class device_postprocessor {
   device_postprocessor(const device_postprocessor&) = delete;
   device_postprocessor& operator=(const device_postprocessor&) = delete;
 
-  /// Enqueues the step on `stream` (a cudaStream_t) and returns at once.
-  /// `then(error)` runs on a CUDA host-function thread once `out` is filled
-  /// (error null), or with what went wrong for this item (e.g. a token count
-  /// other than job.tokens after packing), so the item itself carries the
-  /// failure to whoever waits for it. It must not call CUDA. Calls for one
+  /// Enqueues the step on `stream` (a cudaStream_t) and returns at once with
+  /// its results, to unpack after the stream has passed them. Calls for one
   /// stream come from one thread at a time (the postprocess stage's worker
-  /// owns its stream). A throw from `then` is rethrown by the next enqueue()
-  /// or by rethrow_pending().
-  void enqueue(const device_job& job, const device_output& out, std::function<void(std::exception_ptr)> then,
-               void* stream);
-
-  /// Rethrows a failure of a host function no later enqueue() reported
-  /// (call once the pipeline has joined: its streams are idle then).
-  void rethrow_pending();
+  /// owns its stream).
+  [[nodiscard]] device_result enqueue(const device_job& job, void* stream);
 
  private:
   struct impl;

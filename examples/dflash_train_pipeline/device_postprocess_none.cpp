@@ -3,23 +3,31 @@
 #include "device_postprocess.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 namespace dflash_example {
 
 struct device_postprocessor::impl {};
 
-std::string device_postprocessor::probe() {
+namespace {
+const char* probe_text() {
   return "this build has no CUDA support (configure with -DDFLASH_ENABLE_CUDA=ON on a machine with nvcc)";
 }
+}  // namespace
+
+std::string device_postprocessor::probe() { return probe_text(); }
 
 device_postprocessor::device_postprocessor() { throw std::runtime_error(probe()); }
 device_postprocessor::~device_postprocessor() = default;
 
-void device_postprocessor::rethrow_pending() {}
+struct device_result::state {};
+device_result::device_result() noexcept = default;
+device_result::device_result(std::unique_ptr<state> s) noexcept : s_(std::move(s)) {}
+device_result::device_result(device_result&&) noexcept = default;
+device_result& device_result::operator=(device_result&&) noexcept = default;
+device_result::~device_result() = default;
+void device_result::unpack(const device_output&) const { throw std::logic_error(probe_text()); }
 
-void device_postprocessor::enqueue(const device_job&, const device_output&, std::function<void(std::exception_ptr)>,
-                                   void*) {
-  throw std::runtime_error(probe());
-}
+device_result device_postprocessor::enqueue(const device_job&, void*) { throw std::runtime_error(probe()); }
 
 }  // namespace dflash_example

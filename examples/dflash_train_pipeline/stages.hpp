@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -67,6 +68,10 @@ struct HsItem {
   dflash::ops::block_sparse_mask mask;  ///< flex-attention style form
   AttentionMask attention;              ///< the drafter's CSR form of the same mask
   std::exception_ptr error;             ///< set when the device postprocess failed for this item
+  /// --device cuda: the postprocess results are still in pinned staging; the
+  /// consumer's host stage calls this (once) after the pipeline waited for the
+  /// item's event: it fills the fields above (or throws for a wrong item).
+  std::function<void(HsItem&)> finish_on_host;
 
   [[nodiscard]] std::int32_t num_tokens() const noexcept { return static_cast<std::int32_t>(tokens.size()); }
 
@@ -226,7 +231,9 @@ struct target_forward {
 /// memory); with CUDA, dflash::ops::gpu kernels run on the stream and the
 /// results are copied into pinned memory asynchronously (device_postprocess.cu).
 /// The returned item is written by that work: the pipeline makes the drafter
-/// wait for it, not this thread.
+/// wait for it, not this thread. With CUDA the CPU part (pinned -> the item's
+/// vectors, mask_expand) is left to the drafter's thread (finish_on_host):
+/// nothing heavier than that copy's bookkeeping may run in stream order.
 template <dflash::ProfilerPolicy P, dflash::DeviceBackend B>
 struct postprocess {
   static constexpr dflash::fixed_string name{"postprocess"};
@@ -254,15 +261,10 @@ struct postprocess {
       return out;
     }
     const std::int32_t S = out->num_tokens();
-    const auto su = static_cast<std::size_t>(S);
-    out->hidden.resize(su * static_cast<std::size_t>(D));
-    out->doc_ids.resize(su);
-    out->pos.resize(su);
-    out->anchors.resize(static_cast<std::size_t>(N));
-    out->keep.resize(static_cast<std::size_t>(N));
     const dflash::ops::block_mask_params mp{S, N, Bk, setup->opts.window};
     const dflash::ops::anchor_params ap = setup->anchor_params(in.step);
     if constexpr (on_host_twin) {
+      size_outputs(*out, D, N);
       // The stream's work: reads the slot (after the pipeline's wait on it), writes *item.
       s.enqueue([this, item = out.get(), padded = in.hidden.data(), lengths = tb.lengths, docs = tb.num_docs(),
                  seq = tb.seq, mp, ap] { run_host(padded, lengths, docs, seq, *item, mp, ap); });
@@ -297,6 +299,15 @@ struct postprocess {
     finish(out, mp);
   }
 
+  static void size_outputs(HsItem& out, std::int32_t D, std::int32_t N) {
+    const auto su = static_cast<std::size_t>(out.num_tokens());
+    out.hidden.resize(su * static_cast<std::size_t>(D));
+    out.doc_ids.resize(su);
+    out.pos.resize(su);
+    out.anchors.resize(static_cast<std::size_t>(N));
+    out.keep.resize(static_cast<std::size_t>(N));
+  }
+
   void finish(HsItem& out, const dflash::ops::block_mask_params& mp) const {
     auto t = prof->scope("mask_expand"_key);
     out.attention = attention_from_block_mask(out.mask, {mp, out.anchors.data(), out.keep.data(), out.pos.data()});
@@ -305,32 +316,29 @@ struct postprocess {
   void run_device(const HsSlot<B>& in, HsItem& out, const dflash::ops::block_mask_params& mp,
                   const dflash::ops::anchor_params& ap, const dflash::device_stream<B>& s) {
     const TokenBatch& tb = in.tokens;
-    dflash::ops::block_sparse_mask& m = out.mask;
-    m.params = mp;
-    m.tile = tile;
-    m.num_q_tiles = dflash::ops::tiles_for(mp.num_queries(), tile.q);
-    m.num_kv_tiles = dflash::ops::tiles_for(mp.num_kv(), tile.kv);
-    const auto nq = static_cast<std::size_t>(m.num_q_tiles), nk = static_cast<std::size_t>(m.num_kv_tiles);
-    m.kv_num_blocks.assign(nq, 0);
-    m.full_kv_num_blocks.assign(nq, 0);
-    m.kv_indices.assign(nq * nk, 0);
-    m.full_kv_indices.assign(nq * nk, 0);
     const device_job job{in.hidden.data(), tb.num_docs(), tb.seq, setup->target.feature_dim(), tb.lengths,
                          out.loss_mask, out.num_tokens(), ap, mp, tile};
-    const device_output dout{out.hidden, out.doc_ids, out.pos, out.anchors, out.keep, m.view()};
-    // Everything is enqueued on the stream; `finish` runs in stream order once
-    // the results are in host memory (a host function: no CUDA calls in it).
-    device->enqueue(
-        job, dout,
-        [this, item = &out, mp](std::exception_ptr wrong) noexcept {
-          try {  // runs on a host-function thread: the error travels with the item to the drafter
-            if (wrong) std::rethrow_exception(wrong);
-            finish(*item, mp);
-          } catch (...) {
-            item->error = std::current_exception();
-          }
-        },
-        static_cast<void*>(s.native()));
+    // Everything is enqueued on the stream; the results arrive in the step's
+    // pinned block. The drafter's thread unpacks them after the pipeline waited
+    // for this item (the item's vectors are sized there too, so a queued item
+    // holds the pinned copy only).
+    auto staged = std::make_shared<device_result>(device->enqueue(job, static_cast<void*>(s.native())));
+    out.finish_on_host = [this, staged = std::move(staged), mp, D = job.feature,
+                          N = ap.num_anchors](HsItem& item) {
+      size_outputs(item, D, N);
+      dflash::ops::block_sparse_mask& m = item.mask;
+      m.params = mp;
+      m.tile = tile;
+      m.num_q_tiles = dflash::ops::tiles_for(mp.num_queries(), tile.q);
+      m.num_kv_tiles = dflash::ops::tiles_for(mp.num_kv(), tile.kv);
+      const auto nq = static_cast<std::size_t>(m.num_q_tiles), nk = static_cast<std::size_t>(m.num_kv_tiles);
+      m.kv_num_blocks.resize(nq);
+      m.full_kv_num_blocks.resize(nq);
+      m.kv_indices.resize(nq * nk);
+      m.full_kv_indices.resize(nq * nk);
+      staged->unpack({item.hidden, item.doc_ids, item.pos, item.anchors, item.keep, m.view()});
+      finish(item, mp);
+    };
   }
 };
 
@@ -399,6 +407,14 @@ struct drafter_train {
   std::int64_t seen = 0;
 
   void operator()(std::unique_ptr<HsItem>&& item) {
+    if (item->finish_on_host) {  // --device cuda: the postprocess's CPU part, now that its copy is done
+      const auto finish_item = std::exchange(item->finish_on_host, nullptr);
+      try {
+        finish_item(*item);
+      } catch (...) {
+        item->error = std::current_exception();
+      }
+    }
     const HsItem& it = *item;
     if (it.error) std::rethrow_exception(it.error);  // never train on an item the postprocess got wrong
     ++seen;

@@ -90,7 +90,6 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   const stop_on_signal on_signal([&p] { p.stop(); });  // [signals] SIGINT/SIGTERM stop the run (signals.hpp)
   try {
     p.join();
-    if (device) device->rethrow_pending();  // a failure in the last step's host function
   } catch (...) {
     reporter.stop();
     throw;

@@ -129,6 +129,25 @@ TEST_CASE("cuda_backend: profiled device stages record .gpu from their events", 
   CHECK(snap.find("fill.gpu")->max_ns > 100'000u);  // the spinning items
 }
 
+TEST_CASE("cuda_backend: the allocation pool keeps freed memory (release threshold)", "[gpu][device]") {
+  B b;
+  const auto s = b.create_stream();
+  int dev = 0;
+  REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
+  cudaMemPool_t pool{};
+  REQUIRE(cudaDeviceGetMemPool(&pool, dev) == cudaSuccess);
+  std::uint64_t threshold = 0;
+  REQUIRE(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold) == cudaSuccess);
+  CHECK(threshold == UINT64_MAX);
+  void* p = b.allocate(1 << 20, s);  // freed and allocated again: served by the pool, which keeps it
+  b.deallocate(p, s);
+  b.synchronize(s);
+  std::uint64_t reserved = 0;
+  REQUIRE(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess);
+  CHECK(reserved >= (1u << 20));
+  b.destroy_stream(s);
+}
+
 TEST_CASE("cuda_backend: a standalone channel between two streams for many laps", "[gpu][device]") {
   B b;
   constexpr int n = 300;

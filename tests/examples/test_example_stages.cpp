@@ -2,6 +2,8 @@
 // the definitions, the CLI's validation, runtime pipeline sizes.
 #include <catch2/catch.hpp>
 
+#include <thread>
+
 #include <sstream>
 #include <string>
 #include <vector>
@@ -169,6 +171,34 @@ TEST_CASE("CLI: values are parsed and bad input is a usage error", "[example][cl
   CHECK(parse({"--profile-interval", "2"}, x, false, &err) == exit_usage);
   CHECK(parse({"--profile-interval", "0"}, x, false, &err) == -1);  // 0 = off is what the plain build does anyway
   CHECK(parse({"--help"}, x, false, &err) == 0);
+}
+
+TEST_CASE("the drafter finishes a --device cuda item on its own thread, once, before it trains on it", "[example]") {
+  const Setup setup(small());
+  Drafter drafter(setup.drafter_cfg);
+  TrainLog log;
+  Console console(stdout, false, true);
+  drafter_train<dflash::NullProfiler> train({}, &drafter, &log, &console, 2, 0.0);
+  int calls = 0;
+  std::thread::id ran_on;
+  auto item = std::make_unique<HsItem>();
+  item->step = 4;
+  item->finish_on_host = [&](HsItem& it) {  // stands for unpacking pinned results: marks the item dropped
+    ++calls;
+    ran_on = std::this_thread::get_id();
+    it.dropped = true;
+  };
+  train(std::move(item));
+  CHECK(calls == 1);
+  CHECK(ran_on == std::this_thread::get_id());
+  CHECK(log.dropped == 1);  // what the finish wrote is what the drafter saw
+  REQUIRE(log.digests.size() == 1);
+  CHECK(log.digests[0].first == 4);
+
+  auto wrong = std::make_unique<HsItem>();  // a finish that finds the item wrong: never trained on
+  wrong->finish_on_host = [](HsItem&) { throw std::runtime_error("device_postprocess: packing produced 3 tokens, expected 4"); };
+  CHECK_THROWS_WITH(train(std::move(wrong)), Catch::Contains("packing produced 3 tokens"));
+  CHECK(log.losses.empty());
 }
 
 TEST_CASE("the drafter refuses an item the device postprocess marked as failed", "[example]") {

@@ -68,10 +68,16 @@ printf "steps 300\nchecksum 0xabc\nloss_f 2.5\n" >"$out"'
   else
     stub "$b/bin/ex_prof" "$results"
   fi
+  stub "$b/bin/gpu_pipeline" 'echo "host twin: total 5068800 (expected 5068800)"; echo "cuda: total 5068800 (expected 5068800)"'
   # compute-sanitizer stand-in: runs the program; in "mixed", racecheck fails
   # even on the clean probe (unsupported) and initcheck finds an error in test_b.
-  stub "$fake/compute-sanitizer" 'while [[ $1 == --* ]]; do case $1 in --tool) tool=$2; shift;; --error-exitcode|--print-limit) shift;; esac; shift; done
+  # A memcheck run without --report-api-errors no reports the busy queries'
+  # cudaErrorNotReady as API errors, as the real one may (run.sh turns that off).
+  stub "$fake/compute-sanitizer" 'api=explicit; while [[ $1 == --* ]]; do case $1 in --tool) tool=$2; shift;; --report-api-errors) api=$2; shift;; --error-exitcode|--print-limit) shift;; esac; shift; done
 prog=$(basename "$1")
+if [[ $tool == memcheck && $api != no ]]; then
+  echo "========= Program hit cudaErrorNotReady (error 600) due to \"device not ready\" on CUDA API call to cudaEventQuery."
+  echo "========= ERROR SUMMARY: 1 error"; exit 99; fi
 if [[ '"$scenario"' == mixed && $tool == racecheck && $prog == dflash_gpu_probe ]]; then
   echo "========= Error: racecheck is not supported on this runtime (fake)"; exit 1; fi
 if [[ '"$scenario"' == budget && $prog != dflash_gpu_probe ]]; then exec sleep 1000; fi
@@ -106,6 +112,7 @@ case $scenario in
     expect '^PASS +torch reference: dflash_ops_driver vs torch cpu +107 cases'
     expect '^PASS +bench BM_pack<float>/4096/manual_time +100.0 us/iter, 3000.0 GB/s = 0.75 of D2D copy \(4000.0 GB/s\)'
     expect '^PASS +bench BM_readback_batched +9.5 us/iter \(latency'
+    expect '^PASS +example gpu_pipeline +cuda: total 5068800 \(expected 5068800\)'
     for t in memcheck racecheck synccheck initcheck; do
       expect "^PASS +$t test_a +ERROR SUMMARY: 0 errors"
       expect "^PASS +$t test_b +ERROR SUMMARY: 0 errors"

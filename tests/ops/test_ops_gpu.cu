@@ -13,6 +13,7 @@
 #include <dflash/ops/block_mask.cuh>
 #include <dflash/ops/doc_ids.cuh>
 #include <dflash/ops/pack_hidden_states.cuh>
+#include <dflash/device/cuda_backend.hpp>
 #include <dflash/profile.hpp>
 
 #include <cstring>
@@ -68,6 +69,15 @@ bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 __global__ void write_loss(float* slot, float v) { *slot = v; }
+
+/// Busy for about `ns` nanoseconds of wall time (so event queries meanwhile say "not ready").
+__global__ void busy_for(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
 
 /// 4 bytes but 2-byte aligned: the element path must not copy it as a 4-byte word.
 struct bf16_pair {
@@ -346,4 +356,37 @@ TEST_CASE("gpu ops record under the ops keys", "[gpu][profile]") {
   CHECK(prof.snapshot().find("doc_ids")->count == 1);
   CHECK(pos.get() == ivec{0, 1});
   CHECK(doc.get() == ivec{0, 0});
+}
+
+// Queries of busy events and streams answer cudaErrorNotReady; none may leave
+// it as the thread's last error (the caller's next launch check would report a
+// launch that did not fail), and a failed launch is reported once, not by
+// every later check. (CudaEventProfiler's poll: test_cuda_event_profiler_gpu.)
+TEST_CASE("busy queries leave no error behind; a failed launch is reported once", "[gpu][errors]") {
+  ok(cudaGetLastError());
+  dflash::cuda_backend cb;
+  const cudaStream_t s = cb.create_stream();
+  busy_for<<<1, 1, 0, s>>>(200000000ull);  // 200 ms
+  ok(cudaGetLastError());
+
+  gpu::cuda_readback_backend rb;
+  const cudaEvent_t re = rb.create_event();
+  rb.record(re, s);
+  CHECK_FALSE(rb.query(re));
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
+
+  const cudaEvent_t be = cb.create_event(false);
+  cb.record(be, s);
+  CHECK_FALSE(cb.query(be));
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
+  CHECK_NOTHROW(cb.check(s));  // busy is not an error
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
+
+  busy_for<<<1, 2048, 0, s>>>(0);  // more threads per block than allowed: the launch fails (not sticky)
+  CHECK_THROWS_WITH(cb.check(s), Catch::Matchers::Contains("launch"));
+  CHECK_NOTHROW(cb.check(s));  // reported once
+  cb.synchronize(s);
+  rb.destroy_event(re);
+  cb.destroy_event(be);
+  cb.destroy_stream(s);
 }

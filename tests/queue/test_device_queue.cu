@@ -8,7 +8,11 @@
 // No kernel here may spin forever: every retry loop has a time budget and,
 // when it runs out, sets a flag the test checks (and prints "TIMED OUT: <step>").
 // Tests tagged [concurrent] need two kernels resident at once (exclude them
-// with "~[concurrent]" under a tool that serialises kernels).
+// with "~[concurrent]" under a tool that serialises kernels), and load both
+// kernels before launching the first (load_kernels).
+//
+// Set-up (dev_buf) runs on the legacy default stream, which the tests'
+// non-blocking streams do not wait for: every set-up call waits for it.
 #include <catch2/catch.hpp>
 #include <dflash/queue/device_queue.cuh>
 
@@ -34,6 +38,12 @@ void ok(cudaError_t e) {
   REQUIRE(e == cudaSuccess);
 }
 
+// cudaMemset and a cudaMemcpy from pageable memory are queued on the legacy
+// default stream (the copy may return before its DMA is done), and a
+// cudaStreamNonBlocking stream does not wait for that stream: without this, a
+// kernel on a test stream could run before its buffer was poisoned, zeroed or filled.
+void setup_done() { ok(cudaStreamSynchronize(cudaStreamLegacy)); }
+
 template <class T>
 struct dev_buf {
   T* p = nullptr;
@@ -41,12 +51,19 @@ struct dev_buf {
   explicit dev_buf(std::size_t count) : n(std::max<std::size_t>(count, 1)) {
     ok(cudaMalloc(&p, n * sizeof(T)));
     ok(cudaMemset(p, 0xff, n * sizeof(T)));  // poison: an element nothing wrote reads as all ones
+    setup_done();
   }
   dev_buf(const dev_buf&) = delete;
   dev_buf& operator=(const dev_buf&) = delete;
   ~dev_buf() { cudaFree(p); }
-  void zero() { ok(cudaMemset(p, 0, n * sizeof(T))); }
-  void put(const std::vector<T>& h) { ok(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  void zero() {
+    ok(cudaMemset(p, 0, n * sizeof(T)));
+    setup_done();
+  }
+  void put(const std::vector<T>& h) {
+    ok(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    setup_done();
+  }
   std::vector<T> get(std::size_t count) const {
     std::vector<T> h(count);
     ok(cudaMemcpy(h.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
@@ -106,6 +123,19 @@ __device__ bool warp_give_up(unsigned long long& since, int* flag, int* stop_all
   }
   __nanosleep(100);
   return false;
+}
+
+// CUDA 13 loads a kernel lazily, at its first launch, and loading can wait for
+// the device to be idle. A kernel first launched while another kernel spins
+// waiting for it may then wait for the spinner: the spin runs out of budget and
+// the test fails (or, unbounded, hangs). cudaFuncGetAttributes loads a kernel
+// without launching it: call this for every kernel of a concurrent pair before
+// the first of them is launched. (run.sh also runs the GPU tests with
+// CUDA_MODULE_LOADING=EAGER; this keeps the tests right without it.)
+template <class... Kernels>
+void load_kernels(Kernels*... kernels) {
+  cudaFuncAttributes attr{};
+  (ok(cudaFuncGetAttributes(&attr, kernels)), ...);
 }
 
 const char* flag_name(int f) {
@@ -347,6 +377,27 @@ TEST_CASE("warp- and block-aggregated pushes, drained on another stream", "[devi
   CHECK(wstatus.get(1)[0] == static_cast<int>(ring_status::closed));
 }
 
+TEST_CASE("device_queue rejects a capacity whose bytes overflow, before any CUDA call", "[device_queue][gpu]") {
+  // 2^61 slots are within ring_control::max_capacity, but 2^61 * 8 bytes wrap to 0.
+  CHECK_THROWS_AS(dflash::device_queue<unsigned long long>(std::size_t{1} << 61), std::length_error);
+  CHECK_THROWS_AS(dflash::device_queue<int>(0), std::invalid_argument);
+  ok(cudaGetLastError());  // and nothing was left behind
+}
+
+TEST_CASE("stream_token: events are reused, one per token alive", "[device_queue][gpu]") {
+  stream s;
+  cudaEvent_t first = nullptr;
+  {
+    const auto t = dflash::stream_token::record(s.s);
+    first = t.event();
+  }
+  const auto again = dflash::stream_token::record(s.s);  // the pool hands back the event the first token held
+  CHECK(again.event() == first);
+  const auto other = dflash::stream_token::record(s.s);  // two alive: two events
+  CHECK(other.event() != again.event());
+  ok(cudaStreamSynchronize(s.s));
+}
+
 TEST_CASE("a push larger than the free space fails whole", "[device_queue][gpu]") {
   dflash::device_queue<int> q(40);  // one warp pushes 0+1+2+0+... = 31 items
   dev_buf<int> status(1);
@@ -467,6 +518,7 @@ TEST_CASE("producer and consumer kernels run concurrently for hundreds of laps: 
       pflag.zero();
       cflag.zero();
       stop_all.zero();
+      load_kernels(drain_until_closed_kernel<unsigned>, lap_producer_kernel);  // the consumer spins until the producer runs
       drain_until_closed_kernel<<<1, 32 * consumer_warps, 0, cons.s>>>(q.view(), out.p, total, count.p, last.p,
                                                                         cflag.p, stop_all.p);
       lap_producer_kernel<<<blocks, threads, 0, prod.s>>>(q.view(), per_lane, done.p, producers / 32, pflag.p,
@@ -516,6 +568,7 @@ TEST_CASE("stream_token: two items in flight each wait on their own record", "[d
   dev_buf<int> item1(n), item2(n), out1(n), out2(n), gate(1), flag(1);
   gate.zero();
   flag.zero();
+  load_kernels(fill_kernel, gated_fill_kernel, copy_kernel);  // gated_fill spins until copy_kernel runs
   fill_kernel<<<1, 128, 0, prod.s>>>(item1.p, n, 1000);
   auto tok1 = dflash::stream_token::record(prod.s);
   gated_fill_kernel<<<1, 128, 0, prod.s>>>(item2.p, n, 2000, gate.p, flag.p);

@@ -49,6 +49,23 @@ TEST_CASE("ring_control::check_capacity names the caller and the bad value", "[r
                     Catch::Matchers::Contains("x: capacity must be at most"));
 }
 
+TEST_CASE("ring_control::storage_for rejects sizes that overflow std::size_t (device_queue's allocation sizes)",
+          "[ring]") {
+  const auto fits = dflash::ring_control::storage_for(100, 12, "q");
+  CHECK(fits.sequence == 800);
+  CHECK(fits.slots == 1200);
+  const std::size_t max_cap = dflash::ring_control::max_capacity;
+  // 2^61 slots pass check_capacity, but 2^61 * 8 bytes wrap to 0.
+  CHECK_THROWS_AS(dflash::ring_control::storage_for(max_cap, 8, "dflash::device_queue"), std::length_error);
+  CHECK_THROWS_WITH(dflash::ring_control::storage_for(max_cap, 8, "dflash::device_queue"),
+                    Catch::Matchers::Contains("dflash::device_queue: 2305843009213693952 slots of 8 bytes"));
+  CHECK_THROWS_AS(dflash::ring_control::storage_for(max_cap, 1, "q"), std::length_error);  // the sequence words overflow
+  CHECK_THROWS_AS(dflash::ring_control::storage_for(std::size_t{1} << 40, std::size_t{1} << 30, "q"), std::length_error);
+  CHECK_THROWS_AS(dflash::ring_control::storage_for(0, 8, "q"), std::invalid_argument);  // capacity checked first
+  const std::size_t most = static_cast<std::size_t>(-1) / 8;  // the largest that fits with 8-byte slots
+  CHECK(dflash::ring_control::storage_for(std::min(most, max_cap) / 2, 8, "q").slots == std::min(most, max_cap) / 2 * 8);
+}
+
 TEST_CASE("ring: batches go in whole or not at all, and come out in order", "[ring]") {
   host_ring<int> r(4);
   const int a[] = {1, 2, 3};

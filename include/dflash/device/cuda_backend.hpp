@@ -5,21 +5,27 @@
 //
 //   stream  cudaStream_t (non-blocking: never serialised with the legacy default stream)
 //   event   cudaEvent_t, created with cudaEventDisableTiming unless timing is asked for
-//   memory  cudaMallocAsync / cudaFreeAsync: stream-ordered, no device-wide sync
+//   memory  cudaMallocAsync / cudaFreeAsync: stream-ordered, no device-wide sync;
+//           the device's current pool keeps what is freed (see keep_pool_memory)
 //
 // Every call checks its cudaError_t and throws std::runtime_error naming the
-// call; check(s) reports an asynchronous error (a faulting kernel) without
-// blocking, through cudaStreamQuery.
+// call (dflash/detail/cuda_check.hpp); check(s) reports, without blocking, a
+// failed launch (once: it is cleared) and an asynchronous error of the stream
+// (a faulting kernel; sticky, so every later check reports it too).
 
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <limits>
+#include <mutex>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "dflash/detail/cuda_check.hpp"
 #include "dflash/device/backend.hpp"
 
 namespace dflash {
@@ -48,6 +54,7 @@ class cuda_backend {
   }
 
   [[nodiscard]] stream_type create_stream() {
+    std::call_once(pool_once_, [] { keep_pool_memory(); });
     cudaStream_t s{};
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     return s;
@@ -71,13 +78,7 @@ class cuda_backend {
     check(cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent");
   }
   [[nodiscard]] bool query(event_type e) const {
-    const cudaError_t r = cudaEventQuery(e);
-    if (r == cudaErrorNotReady) {
-      forget_not_ready();
-      return false;
-    }
-    check(r, "cudaEventQuery");
-    return true;
+    return detail::cuda_ready(cudaEventQuery(e), "dflash::cuda_backend: cudaEventQuery");
   }
   [[nodiscard]] std::chrono::nanoseconds elapsed(event_type from, event_type to) const {
     float ms = 0;
@@ -115,26 +116,45 @@ class cuda_backend {
   void copy(void* dst, const void* src, std::size_t bytes, stream_type s) {
     if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
   }
+  /// Throws for an error of the work on `s` (a faulting kernel: the query
+  /// returns it, and every later check does too, as the context is lost) or,
+  /// failing that, for a launch of this thread that failed (read and cleared:
+  /// reported once, not again by the next check).
   void check(stream_type s) const {
-    check(cudaPeekAtLastError(), "kernel launch");  // before the query, which may set "not ready"
-    const cudaError_t r = cudaStreamQuery(s);
-    if (r == cudaErrorNotReady) forget_not_ready();
-    else check(r, "asynchronous work on a stream");
+    // Read before the query: a failing query would replace it.
+    const cudaError_t launch = cudaGetLastError();
+    (void)detail::cuda_ready(cudaStreamQuery(s), "dflash::cuda_backend: asynchronous work on the stream");
+    if (launch != cudaErrorNotReady)
+      detail::cuda_check(launch, "dflash::cuda_backend: a kernel launch (or another call) on this thread failed");
   }
 
   [[nodiscard]] backend_stats stats() const noexcept { return stats_.snapshot(); }
 
  private:
-  // A busy stream or event is not an error, but the runtime may keep
-  // cudaErrorNotReady as the thread's last error, where a later launch check
-  // (cudaGetLastError) would report it. Clear exactly that value, nothing else.
-  static void forget_not_ready() noexcept {
-    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+  // cudaFreeAsync gives memory back to the device's pool, and with the
+  // default release threshold (0) the pool hands it back to the driver at the
+  // next synchronisation, so the next cudaMallocAsync pays for a fresh
+  // allocation. A pipeline frees and allocates the same sizes again and again
+  // (device_buffer growth, per-item scratch): the pool keeps what it holds,
+  // so steady-state allocation is served from it. Device-wide: it sets the
+  // pool cudaMallocAsync uses (cudaDeviceGetMemPool), and only ever raises
+  // the threshold.
+  static void keep_pool_memory() {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    cudaMemPool_t pool{};
+    check(cudaDeviceGetMemPool(&pool, dev), "cudaDeviceGetMemPool");
+    std::uint64_t threshold = 0;
+    check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolGetAttribute");
+    if (threshold == std::numeric_limits<std::uint64_t>::max()) return;
+    threshold = std::numeric_limits<std::uint64_t>::max();
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolSetAttribute");
   }
   static void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw std::runtime_error(std::string("dflash::cuda_backend: ") + what + ": " + cudaGetErrorString(e));
+    if (e != cudaSuccess) detail::cuda_check(e, std::string("dflash::cuda_backend: ") + what);
   }
   detail::backend_counters stats_;
+  std::once_flag pool_once_;
 };
 
 static_assert(DeviceBackend<cuda_backend>);

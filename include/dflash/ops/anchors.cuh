@@ -142,7 +142,7 @@ void select_anchors(const anchor_params& a, std::int32_t batch, std::int32_t seq
     constexpr unsigned threads = 256;
     detail::anchor_keys_kernel<<<detail::grid_for(cells + batch + 1, threads), threads, 0, stream>>>(a, batch, seq, d_seq_lens,
                                                                                          d_loss_mask, d_doc_ids, t);
-    detail::check(cudaGetLastError(), "select_anchors: keys launch");
+    detail::check_launch("select_anchors: keys launch");
     std::size_t bytes = t.cub_bytes;
     detail::check(cub::DeviceSegmentedRadixSort::SortPairs(t.cub, bytes, t.keys_in, t.keys_out, t.pos_in, t.pos_out,
                                                            static_cast<int>(cells), batch, t.offsets, t.offsets + 1, 0,
@@ -151,7 +151,7 @@ void select_anchors(const anchor_params& a, std::int32_t batch, std::int32_t seq
   }
   detail::anchor_pick_kernel<detail::anchor_threads>
       <<<static_cast<unsigned>(batch), detail::anchor_threads, 0, stream>>>(a.num_anchors, seq, t, d_anchors, d_keep);
-  detail::check(cudaGetLastError(), "select_anchors: pick launch");
+  detail::check_launch("select_anchors: pick launch");
 }
 
 }  // namespace dflash::ops::gpu

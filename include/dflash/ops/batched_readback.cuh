@@ -70,18 +70,15 @@ struct cuda_readback_backend {
       args.count = static_cast<unsigned>(std::min(detail::gather_batch, n - first));
       std::copy_n(src + first, args.count, args.src);
       detail::gather_kernel<<<1, detail::gather_batch, 0, s>>>(staging, args);
-      detail::check(cudaGetLastError(), "readback: gather launch");
+      detail::check_launch("readback: gather launch");
     }
   }
   void copy_to_host(std::byte* dst, const std::byte* src, std::size_t n, stream_type s) {
     detail::check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s), "readback: cudaMemcpyAsync");
   }
   void record(event_type e, stream_type s) { detail::check(cudaEventRecord(e, s), "readback: cudaEventRecord"); }
-  bool query(event_type e) {
-    const cudaError_t r = cudaEventQuery(e);
-    if (r == cudaErrorNotReady) return false;
-    detail::check(r, "readback: cudaEventQuery");
-    return true;
+  bool query(event_type e) {  // "not ready" is an answer: cuda_ready leaves no stale error behind
+    return dflash::detail::cuda_ready(cudaEventQuery(e), "dflash::ops::gpu: readback: cudaEventQuery");
   }
   void synchronize(event_type e) { detail::check(cudaEventSynchronize(e), "readback: cudaEventSynchronize"); }
 };

@@ -73,7 +73,7 @@ void build_block_mask(const block_mask_params& p, tile_shape t, const std::int32
   if (nqt == 0) return;
   detail::block_mask_kernel<detail::mask_threads>
       <<<static_cast<unsigned>(nqt), detail::mask_threads, 0, stream>>>(p, t, nkt, d_anchors, d_keep, d_pos, d_out);
-  detail::check(cudaGetLastError(), "build_block_mask launch");
+  detail::check_launch("build_block_mask launch");
 }
 
 }  // namespace dflash::ops::gpu

@@ -11,13 +11,17 @@
 #include <string>
 #include <string_view>
 
+#include "dflash/detail/cuda_check.hpp"
 #include "dflash/ops/validate.hpp"
 
 namespace dflash::ops::gpu::detail {
 
+/// dflash::detail::cuda_check / cuda_check_launch, messages prefixed "dflash::ops::gpu: ".
 inline void check(cudaError_t e, std::string_view what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error("dflash::ops::gpu: " + std::string(what) + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) dflash::detail::cuda_check(e, "dflash::ops::gpu: " + std::string(what));
+}
+inline void check_launch(std::string_view what) {  // the message is built only on failure
+  check(dflash::detail::launch_error(), what);
 }
 
 inline constexpr std::size_t temp_alignment = 256;  // what cudaMalloc guarantees; CUB expects it

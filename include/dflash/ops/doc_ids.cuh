@@ -92,14 +92,14 @@ void doc_ids(const std::int32_t* d_lengths, std::int32_t n_docs, std::int32_t* d
   constexpr unsigned threads = 256;
   detail::doc_starts_kernel<<<detail::grid_for(n_docs, threads), threads, 0, stream>>>(d_lengths, t.offsets, n_docs,
                                                                                        d_pos, n_tokens);
-  detail::check(cudaGetLastError(), "doc_ids: scatter launch");
+  detail::check_launch("doc_ids: scatter launch");
   cub_bytes = t.cub_bytes;
   detail::check(cub::DeviceScan::InclusiveScan(t.cub, cub_bytes, d_pos, d_doc_id, ::cuda::maximum<std::int32_t>{},
                                                n_tokens, stream),
                 "doc_ids: max-scan");
   detail::doc_positions_kernel<<<detail::grid_for(n_tokens, threads), threads, 0, stream>>>(t.offsets, d_doc_id,
                                                                                             d_pos, n_tokens);
-  detail::check(cudaGetLastError(), "doc_ids: positions launch");
+  detail::check_launch("doc_ids: positions launch");
 }
 
 }  // namespace dflash::ops::gpu

@@ -92,7 +92,7 @@ void launch_copy_rows(const T* src, T* dst, const std::int32_t* cu, const hidden
     copy_rows_kernel<W, Pack><<<grid, 256, 0, stream>>>(reinterpret_cast<const W*>(src), reinterpret_cast<W*>(dst),
                                                         cu, shape.batch, shape.seq, words);
   }
-  check(cudaGetLastError(), Pack ? "pack_hidden_states launch" : "unpack_hidden_states launch");
+  check_launch(Pack ? "pack_hidden_states launch" : "unpack_hidden_states launch");
 }
 }  // namespace detail
 

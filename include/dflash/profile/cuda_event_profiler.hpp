@@ -37,6 +37,7 @@
 #endif
 #include <cuda_runtime_api.h>
 
+#include "dflash/detail/cuda_check.hpp"
 #include "dflash/profile/accumulating_profiler.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/profiler_policy.hpp"
@@ -56,10 +57,6 @@ struct indexed_add_impl {
     (void)((j++ == i ? (a.add(key<N>, d), true) : false) || ...);
   }
 };
-
-inline std::string cuda_error_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
 }  // namespace detail
 
 template <class Keys, std::size_t Shards = 8>
@@ -103,7 +100,7 @@ class CudaEventProfiler {
       for (cudaEvent_t* e : {&slots_[i].start, &slots_[i].stop}) {
         const cudaError_t err = cudaEventCreateWithFlags(e, cudaEventDefault);
         if (err != cudaSuccess) {
-          (void)cudaGetLastError();
+          detail::forget(err);  // reported by this throw; an unrelated pending error stays the caller's
           destroy_events();
           throw std::runtime_error("dflash::CudaEventProfiler: cannot create CUDA events (" +
                                    detail::cuda_error_text(err) + ")");
@@ -276,6 +273,7 @@ class CudaEventProfiler {
         continue;
       const cudaError_t q = cudaEventQuery(sl.stop);
       if (q == cudaErrorNotReady) {
+        detail::forget_not_ready();  // busy is an answer: leave no false error for the caller's next launch check
         sl.state.store(slot_pending, std::memory_order_release);
         continue;
       }
@@ -298,7 +296,7 @@ class CudaEventProfiler {
   }
 
   void latch(cudaError_t e) const noexcept {
-    (void)cudaGetLastError();  // clear the runtime's non-sticky last error
+    detail::forget(e);  // reported by poll(), not by the caller's next launch check; any other error stays theirs
     int expect = 0;
     error_.compare_exchange_strong(expect, static_cast<int>(e), std::memory_order_relaxed);
   }

@@ -10,7 +10,7 @@
 //   // from the host, on the producer stream (no host sync):
 //   dflash::enqueue_padded(v, d_rows, max_len, d_lengths, n, d_offsets, d_ticket, d_temp, temp_bytes, s);
 //   // (lengths checked on the device: a bad batch reserves nothing, ticket says invalid/too_large)
-//   // hand one item from the producer stream to the consumer stream, one event per item:
+//   // hand one item from the producer stream to the consumer stream, one (pooled) event per item:
 //   auto tok = dflash::stream_token::record(producer);  // move it along with the item
 //   tok.wait(consumer);
 //
@@ -19,7 +19,7 @@
 // adds only the aggregation (cub::WarpScan / cub::BlockScan offsets), the
 // packed enqueue (cub::DeviceScan on the caller's stream and temp storage; its
 // reserve/copy steps are packed_reserve.hpp, shared with a host twin) and the
-// per-item stream-ordered hand-off (stream_token: one event per item).
+// per-item stream-ordered hand-off (stream_token: one pooled event per item).
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -31,19 +31,19 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "dflash/detail/cuda_check.hpp"
 #include "dflash/queue/packed_reserve.hpp"
 #include "dflash/queue/ring_control.hpp"
 
 namespace dflash {
 
 namespace detail {
-inline void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("dflash: ") + what + ": " + cudaGetErrorString(e));
-}
-
 template <class = void>
 __global__ void ring_init_kernel(ring_control ctl) {
   const unsigned long long n = ctl.capacity();
@@ -65,13 +65,15 @@ struct device_queue_view {
   static constexpr unsigned full_mask = 0xffffffffu;
   static constexpr unsigned long long max_batch = 0xffffffffull;  ///< a ticket counts in 32 bits
 
-  /// Every lane of a full, converged warp calls this with its own n items (n may
-  /// be 0). One CAS for the warp; all lanes' items go in, or none. Same status
-  /// on every lane. The warp's total is summed in 64 bits: past 2^32 - 1 (or
-  /// past the capacity) it is too_large, never wrapped. Debug builds assert
-  /// the full warp (__activemask() == 0xffffffff).
+  /// All 32 lanes of a warp call this with their own n items (n may be 0).
+  /// One CAS for the warp; all lanes' items go in, or none. Same status on
+  /// every lane. The warp's total is summed in 64 bits: past 2^32 - 1 (or past
+  /// the capacity) it is too_large, never wrapped. The lanes need not arrive
+  /// converged (the full-mask scan and __syncwarp converge them); a lane that
+  /// never calls is undefined behaviour. Not asserted: __activemask() says
+  /// which lanes run together at this instant, not which will call, so it
+  /// would fire for a correct caller whose lanes arrive apart.
   __device__ ring_status warp_try_push(const T* items, std::uint32_t n) const {
-    assert(__activemask() == full_mask && "warp_try_push: every lane of a full, converged warp must call it");
     using scan = cub::WarpScan<unsigned long long>;
     __shared__ typename scan::TempStorage tmp[32];  // one per warp of a <= 1024-thread block
     const unsigned tid = linear_tid(), warp = tid / 32, lane = tid % 32;
@@ -106,12 +108,10 @@ struct device_queue_view {
     return t.status;
   }
 
-  /// Every lane of a full, converged warp calls this (asserted in debug
-  /// builds); up to 32 items are reserved with one CAS, lane i gets item i.
-  /// Returns true on the lanes that got an item; `status` (same on every lane)
-  /// is ok, empty or closed.
+  /// All 32 lanes of a warp call this (as for warp_try_push); up to 32 items
+  /// are reserved with one CAS, lane i gets item i. Returns true on the lanes
+  /// that got an item; `status` (same on every lane) is ok, empty or closed.
   __device__ bool warp_try_pop(T& out, ring_status& status) const {
-    assert(__activemask() == full_mask && "warp_try_pop: every lane of a full, converged warp must call it");
     const unsigned lane = linear_tid() % 32;
     ring_ticket t{ring_status::ok, 0, 0};
     if (lane == 0) t = ctl.try_reserve_pop(32);
@@ -149,17 +149,20 @@ struct device_queue_view {
 template <class T>
 class device_queue {
  public:
+  /// Throws std::invalid_argument for capacity 0 or > ring_control::max_capacity,
+  /// std::length_error when the ring's bytes overflow std::size_t (both before
+  /// any CUDA call), std::runtime_error for a CUDA error.
   explicit device_queue(std::size_t capacity, cudaStream_t stream = nullptr) : cap_(capacity) {
-    ring_control::check_capacity(capacity, "dflash::device_queue");
+    const auto bytes = ring_control::storage_for(capacity, sizeof(T), "dflash::device_queue");
     try {
-      detail::cuda_check(cudaMalloc(&header_, sizeof(ring_header)), "cudaMalloc(ring header)");
-      detail::cuda_check(cudaMalloc(&seq_, capacity * sizeof(unsigned long long)), "cudaMalloc(ring sequence words)");
-      detail::cuda_check(cudaMalloc(&data_, capacity * sizeof(T)), "cudaMalloc(ring slots)");
+      detail::cuda_check(cudaMalloc(&header_, sizeof(ring_header)), "dflash::device_queue: cudaMalloc(ring header)");
+      detail::cuda_check(cudaMalloc(&seq_, bytes.sequence), "dflash::device_queue: cudaMalloc(ring sequence words)");
+      detail::cuda_check(cudaMalloc(&data_, bytes.slots), "dflash::device_queue: cudaMalloc(ring slots)");
       const ring_control ctl(header_, seq_, cap_);
       const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((capacity + 255) / 256, 1024));
       detail::ring_init_kernel<> <<<blocks, 256, 0, stream>>>(ctl);
-      detail::cuda_check(cudaGetLastError(), "ring init launch");
-      detail::cuda_check(cudaStreamSynchronize(stream), "ring init");
+      detail::cuda_check_launch("dflash::device_queue: ring init launch");
+      detail::cuda_check(cudaStreamSynchronize(stream), "dflash::device_queue: ring init");
     } catch (...) {  // no destructor runs for a throwing constructor
       free_all();
       throw;
@@ -175,7 +178,7 @@ class device_queue {
   /// Stream-ordered close: takes effect after the work already on `stream`.
   void close(cudaStream_t stream) const {
     detail::ring_close_kernel<> <<<1, 1, 0, stream>>>(ring_control(header_, seq_, cap_));
-    detail::cuda_check(cudaGetLastError(), "ring close launch");
+    detail::cuda_check_launch("dflash::device_queue: ring close launch");
   }
 
  private:
@@ -248,7 +251,7 @@ void enqueue_padded(device_queue_view<T> q, const T* d_values, int max_len, cons
   if (n < 0 || max_len < 0) throw std::invalid_argument("dflash::enqueue_padded: n and max_len must be >= 0");
   if (d_temp == nullptr) {  // size query only
     detail::cuda_check(cub::DeviceScan::ExclusiveSum(d_temp, temp_bytes, d_lengths, d_offsets, n, stream),
-                       "cub::DeviceScan::ExclusiveSum (size query)");
+                       "dflash::enqueue_padded: cub::DeviceScan::ExclusiveSum (size query)");
     return;
   }
   if (d_ticket == nullptr) throw std::invalid_argument("dflash::enqueue_padded: d_ticket must not be null");
@@ -257,24 +260,77 @@ void enqueue_padded(device_queue_view<T> q, const T* d_values, int max_len, cons
   // checks below would otherwise report after a reservation), the scan.
   const dim3 copy_grid(static_cast<unsigned>(std::clamp((max_len + 255ll) / 256, 1ll, 1024ll)),
                        static_cast<unsigned>(std::clamp(n, 1, 65535)));
-  detail::cuda_check(cudaPeekAtLastError(), "dflash::enqueue_padded: CUDA error pending before the call");
+  detail::cuda_check_launch("dflash::enqueue_padded: CUDA error pending before the call");
   detail::cuda_check(cub::DeviceScan::ExclusiveSum(d_temp, temp_bytes, d_lengths, d_offsets, n, stream),
-                     "cub::DeviceScan::ExclusiveSum");
+                     "dflash::enqueue_padded: cub::DeviceScan::ExclusiveSum");
   detail::packed_reserve_kernel<<<1, detail::packed_reserve_threads, 0, stream>>>(q, d_lengths, n, max_len, d_ticket);
-  detail::cuda_check(cudaGetLastError(), "packed reserve launch (nothing reserved)");
+  detail::cuda_check_launch("dflash::enqueue_padded: packed reserve launch (nothing reserved)");
   // From here on the ring may hold a reservation: the copy kernel must follow.
   detail::packed_copy_kernel<<<copy_grid, 256, 0, stream>>>(q, d_values, max_len, d_lengths, d_offsets, n, d_ticket);
-  detail::cuda_check(cudaGetLastError(), "packed copy launch (the ring may now hold an unpublished reservation)");
+  detail::cuda_check_launch("dflash::enqueue_padded: packed copy launch (the ring may now hold an unpublished reservation)");
 }
+
+namespace detail {
+/// The events of stream_tokens, reused: creating and destroying a CUDA event
+/// per item costs two driver calls on the hot path. A token's event goes back
+/// here when the token dies; recording it again for a later token is safe
+/// even if that record or a wait on it is still pending: cudaStreamWaitEvent
+/// captures the record it waits for when it is called, and a later
+/// cudaEventRecord does not change what an earlier wait waits for. One free
+/// list per device (an event belongs to the device current at its creation).
+/// Process-wide and never destroyed: its events outlive every token, also
+/// tokens in static objects, and CUDA frees them with the context at exit.
+class token_event_pool {
+ public:
+  static token_event_pool& instance() {
+    static token_event_pool* const pool = new token_event_pool();  // deliberately never deleted (see above)
+    return *pool;
+  }
+  [[nodiscard]] cudaEvent_t acquire(int device) {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      if (static_cast<std::size_t>(device) < free_.size() && !free_[static_cast<std::size_t>(device)].empty()) {
+        const cudaEvent_t e = free_[static_cast<std::size_t>(device)].back();
+        free_[static_cast<std::size_t>(device)].pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "dflash::stream_token: cudaEventCreate");
+    return e;
+  }
+  void release(int device, cudaEvent_t e) noexcept {
+    try {
+      const std::lock_guard<std::mutex> lock(mu_);
+      if (static_cast<std::size_t>(device) >= free_.size()) free_.resize(static_cast<std::size_t>(device) + 1);
+      auto& list = free_[static_cast<std::size_t>(device)];
+      if (list.size() < max_free) {
+        list.push_back(e);
+        return;
+      }
+    } catch (...) {  // no memory for the list: destroy it instead
+    }
+    (void)cudaEventDestroy(e);
+  }
+  static constexpr std::size_t max_free = 4096;  ///< per device; more at once are destroyed
+
+ private:
+  token_event_pool() = default;
+  std::mutex mu_;
+  std::vector<std::vector<cudaEvent_t>> free_;  // [device]
+};
+}  // namespace detail
 
 /// A stream-ordered hand-off of ONE item: work queued on a consumer stream
 /// after wait() starts only once the producer stream reached record(). Each
-/// token owns its own event, recorded exactly once, so it travels with its
-/// item: two items in flight, or a producer and a consumer on different host
-/// threads, each wait on their own record (one shared, re-recorded event would
-/// make the consumer wait on whatever record came last). Move-only; the host
-/// never blocks. Destroying a token whose record has not completed is fine
-/// (CUDA releases the event when it completes).
+/// token holds its own event, recorded exactly once while the token lives, so
+/// it travels with its item: two items in flight, or a producer and a consumer
+/// on different host threads, each wait on their own record (one shared,
+/// re-recorded event would make the consumer wait on whatever record came
+/// last). Events come from a pool (detail::token_event_pool): no event is
+/// created per item in the steady state. Move-only; the host never blocks.
+/// Destroying a token whose record has not completed is fine (waits already
+/// queued keep waiting for that record).
 ///
 ///   auto tok = dflash::stream_token::record(producer);   // after the item's work
 ///   ... move tok along with the item (queue, slot, other thread) ...
@@ -283,18 +339,20 @@ class stream_token {
  public:
   stream_token() noexcept = default;  ///< empty: holds no record; wait() throws
   [[nodiscard]] static stream_token record(cudaStream_t producer) {
-    cudaEvent_t ev = nullptr;
-    detail::cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    int device = 0;
+    detail::cuda_check(cudaGetDevice(&device), "dflash::stream_token: cudaGetDevice");
     stream_token t;
-    t.ev_ = ev;  // from here t owns it, also if the record throws
-    detail::cuda_check(cudaEventRecord(t.ev_, producer), "cudaEventRecord");
+    t.ev_ = detail::token_event_pool::instance().acquire(device);
+    t.device_ = device;  // from here t owns the event, also if the record throws
+    detail::cuda_check(cudaEventRecord(t.ev_, producer), "dflash::stream_token: cudaEventRecord");
     return t;
   }
-  stream_token(stream_token&& o) noexcept : ev_(o.ev_) { o.ev_ = nullptr; }
+  stream_token(stream_token&& o) noexcept : ev_(o.ev_), device_(o.device_) { o.ev_ = nullptr; }
   stream_token& operator=(stream_token&& o) noexcept {
     if (this != &o) {
       reset();
       ev_ = o.ev_;
+      device_ = o.device_;
       o.ev_ = nullptr;
     }
     return *this;
@@ -306,17 +364,18 @@ class stream_token {
   /// Queue a wait for this token's record on `consumer` (may be called more than once).
   void wait(cudaStream_t consumer) const {
     if (ev_ == nullptr) throw std::logic_error("dflash::stream_token::wait: empty token (never recorded or moved from)");
-    detail::cuda_check(cudaStreamWaitEvent(consumer, ev_, 0), "cudaStreamWaitEvent");
+    detail::cuda_check(cudaStreamWaitEvent(consumer, ev_, 0), "dflash::stream_token: cudaStreamWaitEvent");
   }
   [[nodiscard]] bool valid() const noexcept { return ev_ != nullptr; }
   [[nodiscard]] cudaEvent_t event() const noexcept { return ev_; }
 
  private:
   void reset() noexcept {
-    if (ev_ != nullptr) cudaEventDestroy(ev_);
+    if (ev_ != nullptr) detail::token_event_pool::instance().release(device_, ev_);
     ev_ = nullptr;
   }
   cudaEvent_t ev_ = nullptr;
+  int device_ = 0;
 };
 
 }  // namespace dflash

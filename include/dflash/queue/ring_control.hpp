@@ -81,6 +81,26 @@ class ring_control {
                                   " (got " + std::to_string(capacity) + ")");
   }
 
+  /// Bytes an owner allocates for a ring of `capacity` slots of `slot_bytes`
+  /// each: its sequence words and its slots.
+  struct storage_bytes {
+    std::size_t sequence;  ///< capacity 64-bit sequence words
+    std::size_t slots;     ///< capacity * slot_bytes
+  };
+  /// check_capacity, then the sizes; throws std::length_error "<who>: ..."
+  /// when one does not fit std::size_t. Unchecked, 2^61 slots of 8 bytes
+  /// wrap to 0 bytes, cudaMalloc(0) succeeds, and initialising the ring
+  /// writes far out of bounds.
+  static storage_bytes storage_for(std::size_t capacity, std::size_t slot_bytes, std::string_view who) {
+    check_capacity(capacity, who);
+    constexpr std::size_t most = static_cast<std::size_t>(-1);
+    const std::size_t widest = slot_bytes > sizeof(unsigned long long) ? slot_bytes : sizeof(unsigned long long);
+    if (capacity > most / widest)
+      throw std::length_error(std::string(who) + ": " + std::to_string(capacity) + " slots of " +
+                              std::to_string(slot_bytes) + " bytes do not fit in memory (the size overflows std::size_t)");
+    return {capacity * sizeof(unsigned long long), capacity * slot_bytes};
+  }
+
   ring_control() = default;
   DFLASH_HOST_DEVICE ring_control(ring_header* h, unsigned long long* seq, unsigned long long capacity) noexcept
       : h_(h), seq_(seq), cap_(capacity) {}
