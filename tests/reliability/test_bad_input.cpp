@@ -156,6 +156,9 @@ TEST_CASE("Pipeline: a runtime shape with 0 workers or a queue of depth 0", "[ba
              small_pipeline<dflash::NullProfiler> p(s);
            },
            {"dflash::Pipeline", "queue 0 needs a depth of at least 1 (got 0)"}},
+          // before the shape check, a queue tried to allocate it (bad_alloc, or a length_error)
+          {"queue deeper than any link holds", [&] { pipe p(prof, with([](auto& s) { s.depths[1] = (std::size_t{1} << 61) + 1; })); },
+           {"dflash::Pipeline", "queue 1 needs a depth of at most 2^61 (got 2305843009213693953)"}},
       });
   CHECK(pipe::default_shape().workers == std::array<std::size_t, 3>{1, 2, 1});
   CHECK(pipe::default_shape().depths == std::array<std::size_t, 2>{4, 4});

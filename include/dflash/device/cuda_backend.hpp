@@ -17,11 +17,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <mutex>
-#include <cstddef>
-#include <cstdint>
 #include <stdexcept>
 #include <string>
 

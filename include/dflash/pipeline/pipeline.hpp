@@ -687,9 +687,14 @@ class Pipeline {
             : void()),
        ...);
     }(std::make_index_sequence<stage_count>{});
-    for (std::size_t i = 0; i < queue_count; ++i)
+    for (std::size_t i = 0; i < queue_count; ++i) {
       if (s.depths[i] == 0)
         throw std::invalid_argument("dflash::Pipeline: queue " + std::to_string(i) + " needs a depth of at least 1 (got 0)");
+      // One limit for every link kind, whatever it allocates (a direct link's window allocates nothing).
+      if (s.depths[i] > bounded_queue<int>::max_capacity)
+        throw std::invalid_argument("dflash::Pipeline: queue " + std::to_string(i) + " needs a depth of at most 2^61 (got " +
+                                    std::to_string(s.depths[i]) + ")");
+    }
     [&]<std::size_t... I>(std::index_sequence<I...>) { (check_segment<I>(s), ...); }(
         std::make_index_sequence<stage_count>{});
     return s;
