@@ -488,9 +488,11 @@ TEST_CASE("pipeline_stop thrown inside enqueued work stops the pipeline as from 
 }
 
 // The device link's handle lists are bounded queues whose try_push may see
-// "full" while a pop of the slot before it is half done; a publish that trusted
-// try_push dropped the item and ended its producer as if cancelled, and join()
-// returned normally. 4 x 4 workers over K = 2 slots make such pops common.
+// "full" while a pop of the slot before it is half done; a publish must still
+// hand the item over (a dropped item would end its producer as if cancelled,
+// with join() returning normally). 4 x 4 workers over K = 2 slots make such
+// pops common; ROUNDS=n runs more (the window is narrow: about one round in
+// thousands hits it).
 TEST_CASE("device link under contention: no item lost, no early end (4 x 4 workers, K = 2)", "[device][pipeline]") {
   watchdog wd("device link contention", std::chrono::seconds(240));
   options o;

@@ -349,9 +349,9 @@ struct quick {
 };
 }  // namespace
 
-// The thread that threw used to release the serial lock before the pipeline
-// was cancelled, so a thread spinning on that lock called the failed stage
-// once more with a later item.
+// A serial stage that throws is never called again: the pipeline is
+// cancelled before the thread that threw releases the serial lock, so a
+// thread spinning on that lock cannot call the failed stage with a later item.
 TEST_CASE("direct links: a serial stage that threw is never called again", "[pipeline][direct]") {
   watchdog wd("direct links: no call after a throw", std::chrono::seconds(120));
   using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 64>, dflash::workers<quick, 4>,

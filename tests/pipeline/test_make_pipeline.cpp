@@ -154,8 +154,9 @@ using multi_source_ordered =
                      dflash::workers<slow_odd<P>, 3>, dflash::queue_spec<"b", 4>, dflash::in_order<record<P>>>;
 }  // namespace
 
-// Each source worker used to number its items from 0, so an in_order stage
-// saw repeated numbers and dropped the repeats while the run ended normally.
+// Items are numbered once across all source workers: numbers that repeat
+// (one count per worker) would make an in_order stage drop the repeats while
+// the run ends normally.
 TEST_CASE("in_order behind a source with several workers: every item exactly once", "[pipeline][in_order]") {
   watchdog wd("in_order, 3 source workers");
   for (int round = 0; round < 5; ++round) {
