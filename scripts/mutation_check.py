@@ -50,7 +50,7 @@ MUTANTS = [
     Mutant("dropped_notify",
            "a wake-up clears the parked bit but notifies nobody",
            "include/dflash/queue/bounded_queue.hpp",
-           "    cv.notify_all();\n  }\n", "  }\n",
+           "    cv.notify_all();\n  }\n", "    (void)cv;\n  }\n",
            "test_bounded_queue", ["tests/queue/test_bounded_queue", "~[stress]"]),
     Mutant("max_as_min",
            "the batch fold keeps the batch minimum as the key's maximum",
