@@ -7,13 +7,14 @@
 #   -DMODE=standalone_cccl   dflash configured against a CCCL 3 outside the toolkit
 #                         (a copy of CCCL_DIR's layout, as a CCCL release has it) with
 #                         -DCCCL_DIR, installed; the consumer must get that CCCL, not
-#                         the toolkit's.
+#                         the toolkit's. A plain configure, no DFLASH_* options, where
+#                         Catch2, nlohmann-json, CLI11 and Google Benchmark are not found.
 #   -DMODE=no_toolkit     as standalone_cccl, but as on a machine without the CUDA
 #                         toolkit: CUDA off, FindCUDAToolkit disabled, nvcc off PATH,
 #                         the toolkit's include folder in no compile command; the
 #                         header check (dflash_header_warnings) must build. Slow
 #                         (every public header): run by .ci/run, not by ctest.
-# Common: -DWORK=scratch -DSOURCE=consumer dir -DCXX=compiler [-DCUDA_COMPILER=nvcc]
+# Common: [-DMPI=ON: the consumer also uses dflash::mpi] -DWORK=scratch -DSOURCE=consumer dir -DCXX=compiler [-DCUDA_COMPILER=nvcc]
 #         [-DCUDA_ARCHS=90] -DCCCL_DIR=<the build's CCCL_DIR> -DSOURCE_DIR=dflash source
 file(REMOVE_RECURSE ${WORK})
 function(run what)
@@ -30,6 +31,9 @@ if(CUDA_COMPILER)
   if(CUDA_ARCHS)
     list(APPEND consumer_args -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS})
   endif()
+endif()
+if(MPI AND NOT MODE STREQUAL "no_toolkit")
+  list(APPEND consumer_args -DCONSUMER_MPI=ON)
 endif()
 set(expect_cccl "${CCCL_DIR}")
 
@@ -68,10 +72,15 @@ if(MODE MATCHES "^(standalone_cccl|no_toolkit)$")
     set(extra -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DDFLASH_CHECK_HEADER_WARNINGS=ON -DDFLASH_ENABLE_MPI=OFF
               -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "-DCMAKE_CXX_FLAGS=${flags}")
   endif()
-  run("configuring dflash with -DCCCL_DIR=${expect_cccl}"
+  # A plain configure (no DFLASH_BUILD_* options) on a machine without the test, example and
+  # benchmark dependencies: it must configure and install.
+  set(no_test_deps)
+  foreach(pkg Catch2 nlohmann_json CLI11 benchmark)
+    list(APPEND no_test_deps -DCMAKE_DISABLE_FIND_PACKAGE_${pkg}=ON)
+  endforeach()
+  run("configuring dflash with -DCCCL_DIR=${expect_cccl} and no test dependencies"
       ${env} ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK}/dflash-build -G Ninja -DCMAKE_CXX_COMPILER=${CXX}
-      -DCCCL_DIR=${expect_cccl} -DDFLASH_ENABLE_CUDA=OFF -DDFLASH_BUILD_TESTS=OFF -DDFLASH_BUILD_EXAMPLES=OFF
-      -DDFLASH_BUILD_BENCHMARKS=OFF -DDFLASH_BUILD_ZERO_COST=OFF ${extra})
+      -DCCCL_DIR=${expect_cccl} -DDFLASH_ENABLE_CUDA=OFF ${no_test_deps} ${extra})
   set(BUILD_DIR ${WORK}/dflash-build)
   if(MODE STREQUAL "no_toolkit")
     # The toolkit's own include folder (where cuda_runtime.h is) must be out of reach.
@@ -122,6 +131,10 @@ endif()
 run("building the consumer" ${CMAKE_COMMAND} --build ${WORK}/build)
 run("running the consumer" ${WORK}/build/consumer)
 message(STATUS "consumer: ${out}")
+if(MPI AND NOT MODE STREQUAL "no_toolkit")
+  run("running the MPI consumer" ${WORK}/build/consumer_mpi)
+  message(STATUS "${out}")
+endif()
 if(CUDA_COMPILER)
   # Built is what is checked (no device needed): run it only for its host part.
   run("running the CUDA consumer" ${WORK}/build/consumer_cuda)
