@@ -620,8 +620,13 @@ class Pipeline {
     static_assert(!direct_link_at<I>, "dflash::Pipeline::queue<I>(): link I is a direct_link, which has no queue");
     return *boost::hana::at_c<I>(queues_);
   }
+  /// The I-th stage object (0 = the source, stage_count - 1 = the sink). I
+  /// counts stages only: links (queue_spec, direct_link, device_link) have
+  /// no index here, so in `Pipeline<P, A, queue_spec<"q", 4>, B>` B is stage<1>().
   template <std::size_t I>
-  [[nodiscard]] stage_type<I>& stage() noexcept {
+  [[nodiscard]] auto& stage() noexcept {
+    static_assert(I < stage_count, "dflash::Pipeline::stage<I>(): I is past the last stage (I counts stages "
+                                   "only, from 0 = the source; links are not counted)");
     return boost::hana::at_c<I>(stages_);
   }
   [[nodiscard]] const P& profiler() const noexcept { return prof_.get(); }
