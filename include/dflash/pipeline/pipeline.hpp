@@ -555,7 +555,13 @@ class Pipeline {
   /// dropped. Destroying a started pipeline that was neither joined nor
   /// stopped is almost always a forgotten join(): it says so on stderr (the
   /// items still in flight never reach the sink).
+  /// A pipeline that was never run did nothing, which is almost always a
+  /// forgotten run(): that too is said on stderr.
   ~Pipeline() {
+    if (!started_)
+      std::fputs("dflash::Pipeline: destroyed without ever being run; its stages did nothing. "
+                 "Call run() and join(), or run_to_completion().\n",
+                 stderr);
     if (!threads_.empty()) {
       if (!stop_requested_.load(std::memory_order_acquire) && !cancelled())
         std::fputs("dflash::Pipeline: destroyed while running without join() or stop(); cancelling it. "
@@ -593,8 +599,11 @@ class Pipeline {
   }
 
   /// Waits for every thread; rethrows the first exception a stage threw.
-  /// Call from one thread.
+  /// Call from one thread, after run() (before it: std::logic_error).
   void join() {
+    if (!started_)
+      throw std::logic_error(
+          "dflash::Pipeline::join(): run() was never called, so nothing ran; call run() first (or run_to_completion())");
     for (auto& t : threads_)
       if (t.joinable()) t.join();
     threads_.clear();
