@@ -29,6 +29,10 @@ if(MODE STREQUAL "profiled")
   if(NOT out MATCHES "${table_header}")
     message(FATAL_ERROR "no per-stage table in the profiled output")
   endif()
+  # Hidden keys: the footer says what to do in the program's terms, not a C++ API.
+  if(out MATCHES "report_options::" OR (out MATCHES "never recorded" AND NOT out MATCHES "run with --profile-all-keys"))
+    message(FATAL_ERROR "the hidden-keys footer does not name --profile-all-keys")
+  endif()
   string(REGEX MATCHALL "profile over [0-9.]+ s" tables "${out}")
   list(LENGTH tables n_tables)
   if(n_tables LESS 1)  # periodic tables depend on the run's speed; the final one is always there
