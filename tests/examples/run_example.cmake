@@ -39,7 +39,7 @@ if(MODE STREQUAL "profiled")
     message(FATAL_ERROR "no profile table found")
   endif()
   # the device-linked shape: the link's wait rows and the device stages' .gpu rows too
-  foreach(row target_forward.work target_forward.wait target_forward.gpu forward pack_hidden_states doc_ids copy
+  foreach(row target_forward.work target_forward.wait target_forward.gpu target_forward.model pack_hidden_states doc_ids copy
               block_mask anchors hs_device.push_wait hs_device.pop_wait postprocess.gpu hs_queue.push_wait
               hs_queue.pop_wait drafter_step)
     string(REPLACE "." "\\." row_re "${row}")
