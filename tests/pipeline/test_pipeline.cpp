@@ -360,6 +360,12 @@ TEST_CASE("join() without run() throws; a pipeline destroyed without ever runnin
   });
   CHECK(got.size() == 10);
   CHECK(ran.empty());
+  const std::string stopped = stderr_of([&] {  // stopped on purpose before running: silent
+    ordered_pipeline<NullProfiler> p(counter_source<NullProfiler>{10}, square<NullProfiler>{},
+                                     collect<NullProfiler>{&got});
+    p.stop();
+  });
+  CHECK(stopped.empty());
 }
 
 TEST_CASE("run_to_completion() runs and joins in one blocking call", "[pipeline]") {

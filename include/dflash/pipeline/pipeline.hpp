@@ -555,10 +555,10 @@ class Pipeline {
   /// dropped. Destroying a started pipeline that was neither joined nor
   /// stopped is almost always a forgotten join(): it says so on stderr (the
   /// items still in flight never reach the sink).
-  /// A pipeline that was never run did nothing, which is almost always a
-  /// forgotten run(): that too is said on stderr.
+  /// A pipeline that was never run (nor stopped on purpose) did nothing,
+  /// which is almost always a forgotten run(): that too is said on stderr.
   ~Pipeline() {
-    if (!started_)
+    if (!started_ && !stop_requested_.load(std::memory_order_acquire))
       std::fputs("dflash::Pipeline: destroyed without ever being run; its stages did nothing. "
                  "Call run() and join(), or run_to_completion().\n",
                  stderr);
