@@ -11,10 +11,15 @@ endif()
 function(dflash_add_header_warnings_check)
   file(GLOB_RECURSE _headers RELATIVE ${PROJECT_SOURCE_DIR}/include CONFIGURE_DEPENDS
        ${PROJECT_SOURCE_DIR}/include/dflash/*.hpp)
-  find_package(CUDAToolkit QUIET)  # cuda_event_profiler.hpp / nvtx_profiler.hpp need its headers
+  # Headers that include the CUDA runtime or NVTX (cuda_backend.hpp,
+  # cuda_event_profiler.hpp, nvtx_profiler.hpp, ...) are checked only where the
+  # toolkit is: a host-only build with a standalone CCCL has neither.
+  find_package(CUDAToolkit QUIET)
   set(_sources)
   foreach(_h IN LISTS _headers)
-    if(_h MATCHES "((cuda_event|nvtx)_profiler|cuda_check|cuda_backend)\\.hpp$" AND NOT CUDAToolkit_FOUND)
+    file(STRINGS ${PROJECT_SOURCE_DIR}/include/${_h} _needs_toolkit
+         REGEX "^#[ \t]*include[ \t]*<(cuda_runtime|cuda_runtime_api|cuda|nvtx3/[^>]*)\\.h(pp)?>")
+    if(_needs_toolkit AND NOT CUDAToolkit_FOUND)
       continue()
     endif()
     if(_h MATCHES "^dflash/mpi(/|\\.hpp$)" AND NOT DFLASH_ENABLE_MPI)

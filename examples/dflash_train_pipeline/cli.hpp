@@ -158,6 +158,8 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
   auto* fmt = app.add_option("--profile-format", format, "profile output: table or json (profiled build)")
                   ->check(CLI::IsMember({"table", "json"}))
                   ->capture_default_str();
+  auto* all_keys = app.add_flag("--profile-all-keys", o.profile_all_keys,
+                                "profile tables also list keys never recorded (hidden by default; profiled build)");
   auto* trace = app.add_option("--trace", o.trace,
                                "write a Chrome/Perfetto trace of every stage to this JSON file (profiled build; "
                                "dflash::TraceProfiler composed with the accumulating profiler)");
@@ -201,6 +203,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
                         "dflash_train_pipeline_profiled";
     if (trace->count() > 0) return usage(std::string("--trace") + needs);
     if (fmt->count() > 0) return usage(std::string("--profile-format") + needs);
+    if (all_keys->count() > 0) return usage(std::string("--profile-all-keys") + needs);
     if (o.profile_interval != 0) return usage(std::string("--profile-interval") + needs);
   }
   if (trace->count() > 0 && o.trace.empty()) return usage("--trace: the file name is empty");

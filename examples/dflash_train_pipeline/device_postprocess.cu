@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <dflash/detail/cuda_check.hpp>
+#include <dflash/device/cuda_backend.hpp>  // the one wording of "no usable CUDA device"
 #include <dflash/ops/anchors.cuh>
 #include <dflash/ops/block_mask.cuh>
 #include <dflash/ops/doc_ids.cuh>
@@ -318,7 +319,7 @@ struct device_postprocessor::impl {
 std::string device_postprocessor::probe() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+  if (e != cudaSuccess) return dflash::detail::no_cuda_device_reason(e);
   if (n == 0) return "no CUDA device found";
   int dev = 0, pools = 0;  // enqueue() grows its buffers with cudaMallocAsync
   e = cudaGetDevice(&dev);

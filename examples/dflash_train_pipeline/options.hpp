@@ -24,6 +24,7 @@ struct Options {
   std::uint64_t seed = 1;
   double profile_interval = 5.0;        ///< seconds between profile tables; 0 = off
   output_format profile_format = output_format::table;
+  bool profile_all_keys = false;        ///< tables also list keys never recorded (hidden by default)
   std::string trace;                    ///< Chrome trace JSON path; empty = none
   std::string results;                  ///< --results: per-step digests and losses; empty = none
   device_kind device = device_kind::cpu;

@@ -3,8 +3,11 @@
 // (Pipeline::stop(), called from a watcher thread, never from a signal
 // handler), so the run ends as it does after its last step: the final profile,
 // the trace file and the result are written; the program then exits with
-// 128 + the signal (130 for SIGINT, 143 for SIGTERM). A second signal exits at
-// once with the same code, writing nothing more.
+// 128 + the signal (130 for SIGINT, 143 for SIGTERM). One stop request can
+// arrive as several signals — GNU timeout, Slurm and mpirun signal the process
+// and its process group — so every signal within stop_requests::copies_window
+// (1 s) of the first is that same request. A signal after it is a second
+// request and exits at once with 128 + that signal, writing nothing more.
 //
 //   signal_watch watch("prog");               // in main, before any thread starts
 //   ...
@@ -18,6 +21,7 @@
 // every thread started later inherits the block, and one thread takes them
 // with sigtimedwait(). Without POSIX signals both classes do nothing.
 
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -38,6 +42,32 @@
 #endif
 
 namespace dflash_example {
+
+/// What a SIGINT/SIGTERM means, given when the first one came: the first
+/// stops the run; those within `copies_window` of it are copies of the same
+/// request (a process and its group both signalled); a later one is a
+/// second request, after the first was acknowledged on stderr.
+class stop_requests {
+ public:
+  using clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds copies_window{1000};
+  enum class verdict { first, copy, again };
+
+  verdict on_signal(int sig, clock::time_point now) noexcept {
+    if (first_ == 0) {
+      first_ = sig;
+      first_at_ = now;
+      return verdict::first;
+    }
+    return now - first_at_ < copies_window ? verdict::copy : verdict::again;
+  }
+  /// The signal of the first request (0: none yet).
+  [[nodiscard]] int first() const noexcept { return first_; }
+
+ private:
+  int first_ = 0;
+  clock::time_point first_at_{};
+};
 
 class signal_watch;
 namespace detail {
@@ -87,14 +117,21 @@ class signal_watch {
       const int sig = sigtimedwait(&set_, nullptr, &tick);
       if (sig <= 0) continue;
       const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      if (received_.load()) {
-        const std::string msg = "\n" + self_ + ": " + name + " again: exiting now\n";
-        (void)!::write(STDERR_FILENO, msg.data(), msg.size());
-        std::_Exit(128 + sig);
+      switch (requests_.on_signal(sig, stop_requests::clock::now())) {
+        case stop_requests::verdict::copy:
+          continue;  // the same request again (process and group both signalled)
+        case stop_requests::verdict::again: {
+          const std::string msg = "\n" + self_ + ": " + name + " again: exiting now\n";
+          (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+          std::_Exit(128 + sig);
+        }
+        case stop_requests::verdict::first:
+          break;
       }
       received_.store(sig);
       const std::string msg = "\n" + self_ + ": " + name +
-                              ": stopping the pipeline; the final report follows (again to exit at once)\n";
+                              ": stopping the pipeline; the final report follows (signal again after 1 s to exit at "
+                              "once)\n";
       (void)!::write(STDERR_FILENO, msg.data(), msg.size());
       std::lock_guard lk(m_);
       if (stop_) stop_();
@@ -103,6 +140,7 @@ class signal_watch {
 
   std::string self_;
   sigset_t set_{}, old_{};
+  stop_requests requests_;  // the watcher thread's only
   std::atomic<int> received_{0};
   std::atomic<bool> done_{false};
   std::mutex m_;

@@ -177,7 +177,7 @@ struct target_forward {
   static constexpr dflash::fixed_string name{"target_forward"};
   using input_type = Batch;
   using output_type = HsSlot<B>;
-  using keys = dflash::key_set<"forward">;
+  using keys = dflash::key_set<"target_forward.model">;  // the model forward alone (work minus the upload)
 
   target_forward(const P& p, const Setup* s, std::size_t workers) : prof(p), setup(s), staging(workers) {
     for (auto& st : staging) st = std::make_unique<upload>();
@@ -197,7 +197,7 @@ struct target_forward {
     if (up.in_flight) backend.host_wait(up.copied);
     float* h = up.buffer.ensure(n, backend);
     {
-      auto t = prof->scope("forward"_key);
+      auto t = prof->scope("target_forward.model"_key);
       setup->target.forward_padded(tb.tokens, tb.lengths, tb.seq, std::span<float>(h, n));
     }
     slot.step = b.step;

@@ -57,6 +57,15 @@ struct RunResult {
   }
 };
 
+/// How this program's profile tables are laid out: keys never recorded are
+/// hidden unless --profile-all-keys, and the footer names that flag.
+inline dflash::report_options table_options(const Options& o) {
+  dflash::report_options r;
+  r.show_unrecorded = o.profile_all_keys;
+  r.unrecorded_hint = "run with --profile-all-keys to list them";
+  return r;
+}
+
 /// Runs one training; P is what the stages record into (NullProfiler,
 /// the accumulating profiler, or a Composite of it and a trace), `stats`
 /// what the periodic reporter prints, B the device backend.
@@ -80,7 +89,7 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
 
   const dflash::reporter_options ropt{
       o.profile_format == output_format::json ? dflash::report_format::json : dflash::report_format::table,
-      dflash::report_reset::keep};
+      dflash::report_reset::keep, table_options(o)};
   dflash::periodic_reporter<Stats> reporter(
       stats, std::chrono::duration<double>(o.profile_interval), [&console](std::string_view s) { console.block(s); },
       ropt);
@@ -214,7 +223,9 @@ int train_main(int argc, char** argv) {
       } else {
         r = run_training(setup, stats, stats, console, device.get());
       }
-      console.block("final profile (whole run):\n" + stats.summary(fmt));
+      dflash::report_options final_opt = table_options(o);
+      final_opt.format = fmt;
+      console.block("final profile (whole run):\n" + stats.summary(final_opt));
     } else {
       dflash::NullProfiler none;
       r = run_training(setup, none, none, console, device.get());

@@ -16,6 +16,9 @@ if(MODE STREQUAL "device" AND rc EQUAL 3)
   if(NOT err MATCHES "error: --device cuda: ")
     message(FATAL_ERROR "exit 3 without the --device cuda reason")
   endif()
+  if(err MATCHES "insufficient" AND NOT err MATCHES "driver missing or too old")
+    message(FATAL_ERROR "no driver must read 'driver missing or too old', not only CUDA's wording")
+  endif()
   return()
 endif()
 if(NOT rc EQUAL 0)
@@ -26,13 +29,17 @@ if(MODE STREQUAL "profiled")
   if(NOT out MATCHES "${table_header}")
     message(FATAL_ERROR "no per-stage table in the profiled output")
   endif()
+  # Hidden keys: the footer says what to do in the program's terms, not a C++ API.
+  if(out MATCHES "report_options::" OR (out MATCHES "never recorded" AND NOT out MATCHES "run with --profile-all-keys"))
+    message(FATAL_ERROR "the hidden-keys footer does not name --profile-all-keys")
+  endif()
   string(REGEX MATCHALL "profile over [0-9.]+ s" tables "${out}")
   list(LENGTH tables n_tables)
   if(n_tables LESS 1)  # periodic tables depend on the run's speed; the final one is always there
     message(FATAL_ERROR "no profile table found")
   endif()
   # the device-linked shape: the link's wait rows and the device stages' .gpu rows too
-  foreach(row target_forward.work target_forward.wait target_forward.gpu forward pack_hidden_states doc_ids copy
+  foreach(row target_forward.work target_forward.wait target_forward.gpu target_forward.model pack_hidden_states doc_ids copy
               block_mask anchors hs_device.push_wait hs_device.pop_wait postprocess.gpu hs_queue.push_wait
               hs_queue.pop_wait drafter_step)
     string(REPLACE "." "\\." row_re "${row}")

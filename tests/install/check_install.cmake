@@ -7,8 +7,14 @@
 #   -DMODE=standalone_cccl   dflash configured against a CCCL 3 outside the toolkit
 #                         (a copy of CCCL_DIR's layout, as a CCCL release has it) with
 #                         -DCCCL_DIR, installed; the consumer must get that CCCL, not
-#                         the toolkit's.
-# Common: -DWORK=scratch -DSOURCE=consumer dir -DCXX=compiler [-DCUDA_COMPILER=nvcc]
+#                         the toolkit's. A plain configure, no DFLASH_* options, where
+#                         Catch2, nlohmann-json, CLI11 and Google Benchmark are not found.
+#   -DMODE=no_toolkit     as standalone_cccl, but as on a machine without the CUDA
+#                         toolkit: CUDA off, FindCUDAToolkit disabled, nvcc off PATH,
+#                         the toolkit's include folder in no compile command; the
+#                         header check (dflash_header_warnings) must build. Slow
+#                         (every public header): run by .ci/run, not by ctest.
+# Common: [-DMPI=ON: the consumer also uses dflash::mpi] -DWORK=scratch -DSOURCE=consumer dir -DCXX=compiler [-DCUDA_COMPILER=nvcc]
 #         [-DCUDA_ARCHS=90] -DCCCL_DIR=<the build's CCCL_DIR> -DSOURCE_DIR=dflash source
 file(REMOVE_RECURSE ${WORK})
 function(run what)
@@ -26,9 +32,12 @@ if(CUDA_COMPILER)
     list(APPEND consumer_args -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS})
   endif()
 endif()
+if(MPI AND NOT MODE STREQUAL "no_toolkit")
+  list(APPEND consumer_args -DCONSUMER_MPI=ON)
+endif()
 set(expect_cccl "${CCCL_DIR}")
 
-if(MODE STREQUAL "standalone_cccl")
+if(MODE MATCHES "^(standalone_cccl|no_toolkit)$")
   # A CCCL 3 release's layout: <root>/include/{cub,cuda,nv,thrust}, <root>/lib/cmake/<pkg>/.
   set(root ${WORK}/cccl-standalone)
   get_filename_component(cmake_root "${CCCL_DIR}/.." ABSOLUTE)
@@ -41,11 +50,59 @@ if(MODE STREQUAL "standalone_cccl")
     file(CREATE_LINK ${inc}/${d} ${root}/include/${d} SYMBOLIC)
   endforeach()
   set(expect_cccl ${root}/lib/cmake/cccl)
-  run("configuring dflash with -DCCCL_DIR=${expect_cccl}"
-      ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK}/dflash-build -G Ninja -DCMAKE_CXX_COMPILER=${CXX}
-      -DCCCL_DIR=${expect_cccl} -DDFLASH_ENABLE_CUDA=OFF -DDFLASH_BUILD_TESTS=OFF -DDFLASH_BUILD_EXAMPLES=OFF
-      -DDFLASH_BUILD_BENCHMARKS=OFF -DDFLASH_BUILD_ZERO_COST=OFF)
+  set(env)
+  set(extra)
+  if(MODE STREQUAL "no_toolkit")
+    # nvcc's folder off PATH, and FindCUDAToolkit finds nothing (it would look in /usr/local/cuda).
+    string(REGEX REPLACE "[^:]*cuda[^:]*:?" "" path "$ENV{PATH}")
+    set(env ${CMAKE_COMMAND} -E env --unset=CUDA_PATH --unset=CUDAToolkit_ROOT "PATH=${path}")
+    # The compiler's own search path may reach the toolkit too (an image that links its headers
+    # into /usr/local/include): the same path without such folders, given explicitly.
+    execute_process(COMMAND ${CXX} -xc++ -E -v /dev/null OUTPUT_QUIET ERROR_VARIABLE v)
+    string(REGEX MATCH "#include <...> search starts here:\n(.*)End of search list" _ "${v}")
+    string(REGEX REPLACE "\n" ";" dirs "${CMAKE_MATCH_1}")
+    set(flags -nostdinc)
+    foreach(d IN LISTS dirs)
+      string(STRIP "${d}" d)
+      if(d AND NOT EXISTS ${d}/cuda_runtime.h AND NOT EXISTS ${d}/cuda_runtime_api.h)
+        list(APPEND flags -isystem ${d})
+      endif()
+    endforeach()
+    list(JOIN flags " " flags)
+    set(extra -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DDFLASH_CHECK_HEADER_WARNINGS=ON -DDFLASH_ENABLE_MPI=OFF
+              -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "-DCMAKE_CXX_FLAGS=${flags}")
+  endif()
+  # A plain configure (no DFLASH_BUILD_* options) on a machine without the test, example and
+  # benchmark dependencies: it must configure and install.
+  set(no_test_deps)
+  foreach(pkg Catch2 nlohmann_json CLI11 benchmark)
+    list(APPEND no_test_deps -DCMAKE_DISABLE_FIND_PACKAGE_${pkg}=ON)
+  endforeach()
+  run("configuring dflash with -DCCCL_DIR=${expect_cccl} and no test dependencies"
+      ${env} ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK}/dflash-build -G Ninja -DCMAKE_CXX_COMPILER=${CXX}
+      -DCCCL_DIR=${expect_cccl} -DDFLASH_ENABLE_CUDA=OFF ${no_test_deps} ${extra})
   set(BUILD_DIR ${WORK}/dflash-build)
+  if(MODE STREQUAL "no_toolkit")
+    # The toolkit's own include folder (where cuda_runtime.h is) must be out of reach.
+    get_filename_component(toolkit_inc "${inc}" DIRECTORY)
+    if(NOT EXISTS ${toolkit_inc}/cuda_runtime.h)
+      get_filename_component(toolkit_inc "${cmake_root}/../../include" ABSOLUTE)
+    endif()
+    file(READ ${BUILD_DIR}/compile_commands.json cc)
+    string(FIND "${cc}" "${toolkit_inc} " at1)
+    string(FIND "${cc}" "${toolkit_inc}\"" at2)
+    if(NOT at1 EQUAL -1 OR NOT at2 EQUAL -1)
+      message(FATAL_ERROR "a compile command still names the toolkit's include folder ${toolkit_inc}")
+    endif()
+    separate_arguments(flag_list UNIX_COMMAND "${flags}")
+    file(WRITE ${WORK}/probe.cpp "#include <cuda_runtime.h>\n")
+    execute_process(COMMAND ${CXX} ${flag_list} -fsyntax-only ${WORK}/probe.cpp RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+    if(rc EQUAL 0)
+      message(FATAL_ERROR "cuda_runtime.h is still reachable with ${flags}")
+    endif()
+    run("building the header check without the toolkit"
+        ${env} ${CMAKE_COMMAND} --build ${BUILD_DIR} --target dflash_header_warnings)
+  endif()
 endif()
 
 if(MODE STREQUAL "add_subdirectory")
@@ -74,6 +131,10 @@ endif()
 run("building the consumer" ${CMAKE_COMMAND} --build ${WORK}/build)
 run("running the consumer" ${WORK}/build/consumer)
 message(STATUS "consumer: ${out}")
+if(MPI AND NOT MODE STREQUAL "no_toolkit")
+  run("running the MPI consumer" ${WORK}/build/consumer_mpi)
+  message(STATUS "${out}")
+endif()
 if(CUDA_COMPILER)
   # Built is what is checked (no device needed): run it only for its host part.
   run("running the CUDA consumer" ${WORK}/build/consumer_cuda)

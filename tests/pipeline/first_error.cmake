@@ -1,5 +1,6 @@
 # Compiles SRC; MEMBER=control must compile, otherwise the first "error:" line
-# must say the stage has no <member> (name / input_type / output_type).
+# must say the stage has no <member> (name / input_type / output_type), or,
+# with -DEXPECT=<regex>, match that.
 execute_process(COMMAND ${CXX} ${ARGS} ${SRC} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(MEMBER STREQUAL "control")
   if(NOT rc EQUAL 0)
@@ -10,8 +11,15 @@ endif()
 if(rc EQUAL 0)
   message(FATAL_ERROR "compiled although the stage has no ${MEMBER}")
 endif()
-string(TOLOWER "${MEMBER}" want)
 string(REGEX MATCH "error: [^\n]*" first "${err}")
+if(DEFINED EXPECT)  # any other check: EXPECT = a regex the first error line must match
+  if(NOT first MATCHES "${EXPECT}")
+    message(FATAL_ERROR "the first error is not '${EXPECT}':\n${first}")
+  endif()
+  message(STATUS "first error: ${first}")
+  return()
+endif()
+string(TOLOWER "${MEMBER}" want)
 if(NOT first MATCHES "a stage has no `${want}`")
   message(FATAL_ERROR "the first error does not name the missing member '${want}':\n${first}")
 endif()

@@ -341,6 +341,33 @@ std::string stderr_of(F&& f) {
 }
 }  // namespace
 
+TEST_CASE("join() without run() throws; a pipeline destroyed without ever running says so", "[pipeline][stop]") {
+  std::vector<long long> got;
+  const std::string never_run = stderr_of([&] {
+    ordered_pipeline<NullProfiler> p(counter_source<NullProfiler>{10}, square<NullProfiler>{},
+                                     collect<NullProfiler>{&got});
+    CHECK_THROWS_MATCHES(p.join(), std::logic_error,
+                         Catch::Matchers::Message("dflash::Pipeline::join(): run() was never called, so nothing "
+                                                  "ran; call run() first (or run_to_completion())"));
+  });
+  CHECK(got.empty());
+  CHECK_THAT(never_run, Catch::Contains("dflash::Pipeline: destroyed without ever being run"));
+  const std::string ran = stderr_of([&] {
+    ordered_pipeline<NullProfiler> p(counter_source<NullProfiler>{10}, square<NullProfiler>{},
+                                     collect<NullProfiler>{&got});
+    p.run_to_completion();
+    p.join();  // a second join() after a run is harmless
+  });
+  CHECK(got.size() == 10);
+  CHECK(ran.empty());
+  const std::string stopped = stderr_of([&] {  // stopped on purpose before running: silent
+    ordered_pipeline<NullProfiler> p(counter_source<NullProfiler>{10}, square<NullProfiler>{},
+                                     collect<NullProfiler>{&got});
+    p.stop();
+  });
+  CHECK(stopped.empty());
+}
+
 TEST_CASE("run_to_completion() runs and joins in one blocking call", "[pipeline]") {
   watchdog wd("run_to_completion");
   std::vector<long long> got;

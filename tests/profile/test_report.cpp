@@ -80,6 +80,15 @@ TEST_CASE("table: show_unrecorded lists never-recorded keys with dashes", "[repo
   CHECK(t.find("hidden") == std::string::npos);
 }
 
+TEST_CASE("table: a program words the hidden-keys footer in its own terms", "[report]") {
+  dflash::report_options o;
+  o.unrecorded_hint = "run with --all-keys to list them";
+  const std::string t = filled().summary(o);
+  CHECK(t.find("1 key never recorded in this window, hidden (drafter_step); run with --all-keys to list them\n") !=
+        std::string::npos);
+  CHECK(t.find("report_options::") == std::string::npos);
+}
+
 namespace {
 // A 1 ms window with one key recorded `count` times, each `each_ns` long.
 dflash::profile_snapshot one_key(const char* name, std::uint64_t count, std::uint64_t each_ns) {

@@ -626,7 +626,7 @@ TEST_CASE("destroying a running, never-joined pipeline cancels, joins and frees 
 
 // ---- lifecycle: join()/run() called in odd orders --------------------------
 // Defined behaviour (documented in pipeline.hpp):
-//   join() before run()      returns at once (nothing to wait for)
+//   join() before run()      std::logic_error (nothing ran: a forgotten run()); run() still works after
 //   join() after join()      returns at once; an error is reported by the first join() only
 //   run() after run()/join() std::logic_error "dflash::Pipeline::run(): the pipeline was already started"
 //   stop() before run()      run() then starts threads that exit at once: no stage is called
@@ -635,13 +635,13 @@ TEST_CASE("join() twice, run() twice, join() before run(), stop() before run()",
   watchdog wd("lifecycle");
   const auto already_started =
       Catch::Matchers::Message("dflash::Pipeline::run(): the pipeline was already started");
-  SECTION("join() before run() is a no-op; the pipeline still runs afterwards") {
+  SECTION("join() before run() throws; the pipeline still runs afterwards") {
     env e;
     e.source_limit = 10;
     {
       profiler prof;
       auto p = make_pipeline<profiler, 2, 1, 1>(e, prof);
-      CHECK_NOTHROW(p->join());
+      CHECK_THROWS_AS(p->join(), std::logic_error);
       p->run();
       CHECK_NOTHROW(p->join());
       CHECK(e.sunk.size() == 10);

@@ -29,6 +29,18 @@
 
 namespace dflash {
 
+namespace detail {
+/// Why cudaGetDeviceCount's error `e` leaves no usable device, in a user's
+/// terms: without a driver (or with one older than the runtime) CUDA says
+/// "driver version is insufficient", which reads as a version problem only.
+[[nodiscard]] inline std::string no_cuda_device_reason(cudaError_t e) {
+  if (e == cudaErrorNoDevice) return "no CUDA device found";
+  if (e == cudaErrorInsufficientDriver)
+    return std::string("no usable CUDA device (driver missing or too old: ") + cudaGetErrorString(e) + ")";
+  return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+}
+}  // namespace detail
+
 class cuda_backend {
  public:
   static constexpr const char* name = "cuda";
@@ -43,7 +55,7 @@ class cuda_backend {
   [[nodiscard]] static std::string probe() {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+    if (e != cudaSuccess) return detail::no_cuda_device_reason(e);
     if (n == 0) return "no CUDA device found";
     int dev = 0, pools = 0;  // allocate() is cudaMallocAsync
     if (cudaGetDevice(&dev) != cudaSuccess ||

@@ -134,9 +134,11 @@ inline constexpr std::size_t job_table_rank_columns = 8;
 
 /// One table: merged stats per key, the spread of the per-rank mean over ranks
 /// with the slowest rank, and (for small jobs) each rank's mean in its own column.
+/// Every duration cell has the unit that shows it (ns, us, ms, s), as in the
+/// single-process table: a 20 us mean is never a 0.000 in a millisecond column.
 inline std::string format_job_table(const job_profile& j) {
   using dflash::detail::append_fmt;
-  auto ms = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e6; };
+  auto dur = [](double ns) { return dflash::detail::human_duration(static_cast<std::uint64_t>(ns + 0.5)); };
   const profile_snapshot m = j.merged();
   const std::size_t n = j.ranks.size();
   const bool per_rank = n <= job_table_rank_columns;
@@ -144,33 +146,35 @@ inline std::string format_job_table(const job_profile& j) {
   for (const auto& k : m.keys) w = std::max(w, k.name.size());
   const int wi = static_cast<int>(w);
   std::string out;
-  append_fmt(out, "job profile: %zu ranks, longest window %.3f s (mean ms per call over ranks; r<i> = rank i)\n", n,
+  append_fmt(out, "job profile: %zu ranks, longest window %.3f s (mean per call over ranks; r<i> = rank i)\n", n,
              static_cast<double>(m.window_ns) / 1e9);
-  append_fmt(out, "%-*s %10s %11s %10s %10s %10s %10s | %9s %9s %9s %7s", wi, "stage", "count", "total s", "mean ms",
-             "p50 ms", "p99 ms", "max ms", "rank min", "median", "max", "slowest");
+  append_fmt(out, "%-*s %10s %11s %11s %11s %11s %11s | %11s %11s %11s %7s", wi, "stage", "count", "total", "mean",
+             "p50*", "p99*", "max", "rank min", "median", "max", "slowest");
   if (per_rank)
-    for (std::size_t r = 0; r < n; ++r) append_fmt(out, " %9s", detail::rank_label(static_cast<long>(r)).c_str());
+    for (std::size_t r = 0; r < n; ++r) append_fmt(out, " %11s", detail::rank_label(static_cast<long>(r)).c_str());
   out += '\n';
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
     const key_stats& k = m.keys[i];
     if (k.count == 0) {
-      append_fmt(out, "%-*s %10d %11s %10s %10s %10s %10s | %9s %9s %9s %7s", wi, k.name.c_str(), 0, "-", "-", "-",
+      append_fmt(out, "%-*s %10d %11s %11s %11s %11s %11s | %11s %11s %11s %7s", wi, k.name.c_str(), 0, "-", "-", "-",
                  "-", "-", "-", "-", "-", "-");
     } else {
       const auto s = j.spread_of(i);
-      append_fmt(out, "%-*s %10llu %11.3f %10.3f %10.3f %10.3f %10.3f | %9.3f %9.3f %9.3f %7s", wi, k.name.c_str(),
-                 static_cast<unsigned long long>(k.count), static_cast<double>(k.total_ns) / 1e9, k.mean_ns() / 1e6,
-                 ms(k.p50_ns()), ms(k.p99_ns()), ms(k.max_ns), s.min_mean_ns / 1e6, s.median_mean_ns / 1e6,
-                 s.max_mean_ns / 1e6, detail::rank_label(s.slowest_rank).c_str());
+      append_fmt(out, "%-*s %10llu %11s %11s %11s %11s %11s | %11s %11s %11s %7s", wi, k.name.c_str(),
+                 static_cast<unsigned long long>(k.count), dur(static_cast<double>(k.total_ns)).c_str(),
+                 dur(k.mean_ns()).c_str(), dur(static_cast<double>(k.p50_ns())).c_str(),
+                 dur(static_cast<double>(k.p99_ns())).c_str(), dur(static_cast<double>(k.max_ns)).c_str(),
+                 dur(s.min_mean_ns).c_str(), dur(s.median_mean_ns).c_str(), dur(s.max_mean_ns).c_str(),
+                 detail::rank_label(s.slowest_rank).c_str());
     }
     if (per_rank)
       for (std::size_t r = 0; r < n; ++r) {
         const bool has = i < j.ranks[r].keys.size() && j.ranks[r].keys[i].count;
-        if (has) append_fmt(out, " %9.3f", j.ranks[r].keys[i].mean_ns() / 1e6);
-        else append_fmt(out, " %9s", "-");
+        append_fmt(out, " %11s", has ? dur(j.ranks[r].keys[i].mean_ns()).c_str() : "-");
       }
     out += '\n';
   }
+  out += "* p50/p99 have histogram-bucket resolution (within 6.25 %); the rest is exact\n";
   for (std::size_t r = 0; r < n; ++r) {
     if (r < j.heard.size() && !j.heard[r]) append_fmt(out, "rank %zu: no profile received yet\n", r);
     if (r < j.errors.size() && !j.errors[r].empty())

@@ -546,7 +546,13 @@ class Pipeline {
   /// dropped. Destroying a started pipeline that was neither joined nor
   /// stopped is almost always a forgotten join(): it says so on stderr (the
   /// items still in flight never reach the sink).
+  /// A pipeline that was never run (nor stopped on purpose) did nothing,
+  /// which is almost always a forgotten run(): that too is said on stderr.
   ~Pipeline() {
+    if (!started_ && !stop_requested_.load(std::memory_order_acquire))
+      std::fputs("dflash::Pipeline: destroyed without ever being run; its stages did nothing. "
+                 "Call run() and join(), or run_to_completion().\n",
+                 stderr);
     if (!threads_.empty()) {
       if (!stop_requested_.load(std::memory_order_acquire) && !cancelled())
         std::fputs("dflash::Pipeline: destroyed while running without join() or stop(); cancelling it. "
@@ -584,8 +590,11 @@ class Pipeline {
   }
 
   /// Waits for every thread; rethrows the first exception a stage threw.
-  /// Call from one thread.
+  /// Call from one thread, after run() (before it: std::logic_error).
   void join() {
+    if (!started_)
+      throw std::logic_error(
+          "dflash::Pipeline::join(): run() was never called, so nothing ran; call run() first (or run_to_completion())");
     for (auto& t : threads_)
       if (t.joinable()) t.join();
     threads_.clear();
@@ -612,8 +621,13 @@ class Pipeline {
     static_assert(!direct_link_at<I>, "dflash::Pipeline::queue<I>(): link I is a direct_link, which has no queue");
     return *boost::hana::at_c<I>(queues_);
   }
+  /// The I-th stage object (0 = the source, stage_count - 1 = the sink). I
+  /// counts stages only: links (queue_spec, direct_link, device_link) have
+  /// no index here, so in `Pipeline<P, A, queue_spec<"q", 4>, B>` B is stage<1>().
   template <std::size_t I>
-  [[nodiscard]] stage_type<I>& stage() noexcept {
+  [[nodiscard]] auto& stage() noexcept {
+    static_assert(I < stage_count, "dflash::Pipeline::stage<I>(): I is past the last stage (I counts stages "
+                                   "only, from 0 = the source; links are not counted)");
     return boost::hana::at_c<I>(stages_);
   }
   [[nodiscard]] const P& profiler() const noexcept { return prof_.get(); }

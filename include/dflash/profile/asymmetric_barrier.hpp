@@ -13,14 +13,7 @@
 
 #include <atomic>
 
-#if defined(__linux__) && __has_include(<linux/membarrier.h>)
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#define DFLASH_HAS_MEMBARRIER 1
-#else
-#define DFLASH_HAS_MEMBARRIER 0
-#endif
+#include "dflash/detail/os.hpp"  // membarrier's numbers, without <unistd.h> in users' code
 
 namespace dflash::detail {
 
@@ -47,9 +40,9 @@ inline void full_fence() noexcept {
 struct asymmetric_barrier_state {
   static bool register_once() noexcept {
 #if DFLASH_HAS_MEMBARRIER
-    const long q = ::syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (q < 0 || !(q & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return false;
-    return ::syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    const long q = os::syscall(os::nr_membarrier, os::membarrier_cmd_query, 0, 0);
+    if (q < 0 || !(q & os::membarrier_cmd_private_expedited)) return false;
+    return os::syscall(os::nr_membarrier, os::membarrier_cmd_register_private_expedited, 0, 0) == 0;
 #else
     return false;
 #endif
@@ -74,7 +67,7 @@ inline void light_barrier() noexcept {
 inline void heavy_barrier() noexcept {
 #if DFLASH_HAS_MEMBARRIER
   if (asymmetric_barrier_state::fast() &&
-      ::syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+      os::syscall(os::nr_membarrier, os::membarrier_cmd_private_expedited, 0, 0) == 0)
     return;
 #endif
   // Without membarrier the light side is a full fence too: this pairs with it.

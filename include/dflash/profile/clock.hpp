@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <thread>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <x86intrin.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// __builtin_ia32_rdtsc rather than <x86intrin.h>: no intrinsics header in users' code.
 #define DFLASH_HAS_TSC 1
 #else
 #define DFLASH_HAS_TSC 0
@@ -56,11 +56,11 @@ struct tsc_calibration {
   static tsc_calibration measure() noexcept {
     using sc = std::chrono::steady_clock;
     const auto t0 = sc::now();
-    const std::uint64_t c0 = __rdtsc();
+    const std::uint64_t c0 = __builtin_ia32_rdtsc();
     while (sc::now() - t0 < std::chrono::milliseconds(5)) {
     }
     const auto t1 = sc::now();
-    const std::uint64_t c1 = __rdtsc();
+    const std::uint64_t c1 = __builtin_ia32_rdtsc();
     const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
     const double ns_per_tick = ns / static_cast<double>(c1 - c0);
     return {c0, static_cast<std::uint64_t>(ns_per_tick * 4294967296.0)};
@@ -88,7 +88,7 @@ struct tsc_clock {
   static time_point now() noexcept {
     const auto& c = detail::tsc_state<>::calibration;
     __extension__ using u128 = unsigned __int128;  // 64x64→128 multiply, no overflow
-    const u128 t = __rdtsc() - c.base;
+    const u128 t = __builtin_ia32_rdtsc() - c.base;
     return time_point{duration{static_cast<rep>((t * c.mult) >> 32)}};
   }
 };

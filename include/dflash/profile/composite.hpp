@@ -259,9 +259,8 @@ class Composite {
  private:
   template <Key K>
   static constexpr void check_key() noexcept {
-    static_assert(keys::contains(K::name()),
-                  "dflash: this key is not accepted by every enabled member of the Composite — misspelt, or "
-                  "missing from one member's key_set (the key's name is the key_t<...> argument above)");
+    if constexpr (!keys::contains(K::name()))
+      (void)detail::composite_key_check<detail::key_spelling<K>, false>{};
   }
 
   // When every enabled member takes external times from one clock, the clock

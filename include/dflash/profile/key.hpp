@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "dflash/profile/fixed_string.hpp"
 
@@ -121,12 +122,40 @@ concept ClosedKeySet = KeySet<T> && requires { T::size; };
 template <class T>
 struct is_key_set : std::bool_constant<ClosedKeySet<T>> {};
 
+namespace detail {
+/// A key's name as a character pack, for diagnostics only: clang prints a
+/// fixed_string template argument as character codes ({{102, 114, ...}}) but
+/// a char pack as letters ('f', 'r', ...), so a failed key check names the key
+/// in its first error line with clang as g++ does with the fixed_string.
+template <char... C>
+struct key_named {};
+template <class K, std::size_t... I>
+auto spell_key(std::index_sequence<I...>) -> key_named<K::value.data[I]...>;
+template <class K>
+using key_spelling = decltype(spell_key<K>(std::make_index_sequence<K::value.size()>{}));
+
+template <class Spelling, bool Listed>
+inline constexpr bool key_listed = Listed;
+
+template <class Spelling, bool Listed>
+struct key_check {
+  static_assert(key_listed<Spelling, Listed>,
+                "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
+                "(the key's name is the key_named<...> argument)");
+};
+template <class Spelling, bool Listed>
+struct composite_key_check {
+  static_assert(key_listed<Spelling, Listed>,
+                "dflash: this key is not accepted by every enabled member of the Composite — misspelt, or "
+                "missing from one member's key_set (the key's name is the key_named<...> argument)");
+};
+}  // namespace detail
+
 /// The compile-time check every stateful policy makes on every key it is given.
+/// The key is spelt out only when it is missing (no cost to a good key).
 template <KeySet Keys, Key K>
 constexpr void require_key() noexcept {
-  static_assert(Keys::contains(K::name()),
-                "dflash: this key is not in the profiler's key_set — misspelt, or add it to the key_set "
-                "(the key's name is the key_t<...> argument in the instantiation above)");
+  if constexpr (!Keys::contains(K::name())) (void)detail::key_check<detail::key_spelling<K>, false>{};
 }
 
 /// Concatenate key sets (e.g. a pipeline's keys with its stages' own keys).

@@ -40,6 +40,7 @@ enum class report_reset {
 struct reporter_options {
   report_format format = report_format::table;
   report_reset reset = report_reset::clear;
+  report_options table{};  ///< a table's layout (its format is `format` above)
 };
 
 namespace detail {
@@ -142,7 +143,9 @@ class periodic_reporter {
   void emit() {
     const profile_snapshot s = opt_.reset == report_reset::clear ? prof_.take() : prof_.snapshot();
     ++reports_;
-    sink_(format_report(s, opt_.format));
+    report_options r = opt_.table;
+    r.format = opt_.format;
+    sink_(format_report(s, r));
   }
 
   void loop() {

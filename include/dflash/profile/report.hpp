@@ -105,6 +105,9 @@ struct report_options {
   /// Also list keys with no record in the window (hidden by default; the
   /// table's footer says how many were hidden).
   bool show_unrecorded = false;
+  /// The footer's advice on listing hidden keys: a program with its own
+  /// switch for show_unrecorded says it in its own terms (a flag, say).
+  std::string_view unrecorded_hint = "report_options::show_unrecorded lists them";
 };
 
 /// One row per recorded key: count, then total, mean, p50, p90, p99, max, each
@@ -148,9 +151,12 @@ inline std::string format_table(const profile_snapshot& s, const report_options&
   if (over_100)
     out += "% wall = total / window, summed over threads: above 100 % the key ran on several threads at once"
            " (or add() recorded time measured elsewhere)\n";
-  if (hidden)
-    append_fmt(out, "%zu key%s never recorded in this window, hidden (%s%s); report_options::show_unrecorded lists them\n",
-               hidden, hidden == 1 ? "" : "s", hidden_names.c_str(), hidden > 3 ? ", ..." : "");
+  if (hidden) {
+    append_fmt(out, "%zu key%s never recorded in this window, hidden (%s%s)", hidden, hidden == 1 ? "" : "s",
+               hidden_names.c_str(), hidden > 3 ? ", ..." : "");
+    if (!opt.unrecorded_hint.empty()) (out += "; ") += opt.unrecorded_hint;
+    out += "\n";
+  }
   return out;
 }
 

@@ -41,10 +41,7 @@
 #include <thread>
 #include <vector>
 
-#if __has_include(<unistd.h>)
-#include <unistd.h>
-#endif
-
+#include "dflash/detail/os.hpp"
 #include "dflash/profile/clock.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/profiler_policy.hpp"
@@ -108,13 +105,7 @@ inline void append_us(std::string& out, std::int64_t ns) {
              static_cast<unsigned long long>(a % 1000));
 }
 
-inline long trace_pid() noexcept {
-#if __has_include(<unistd.h>)
-  return static_cast<long>(::getpid());
-#else
-  return 1;
-#endif
-}
+inline long trace_pid() noexcept { return os::process_id(); }
 
 }  // namespace detail
 
