@@ -1,6 +1,6 @@
-// Issue 12 goals 4/5: one AccumulatingProfiler zone (scope: two clock reads +
+// One AccumulatingProfiler zone (scope: two clock reads +
 // record) against a bare pair of reads of the same clock, interleaved rounds
-// in one process. ns per zone; ratio = profiler / bare pair (goal: <= 1.15 with
+// in one process. ns per zone; ratio = profiler / bare pair (target: <= 1.15 with
 // the TSC clock).
 //   compare_profiler [--rounds=N]
 #include <dflash/profile.hpp>

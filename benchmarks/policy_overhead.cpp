@@ -1,4 +1,4 @@
-// ns per scoped timer for the policies of issue 6 — NVTX (no tool attached),
+// ns per scoped timer for the optional policies — NVTX (no tool attached),
 // trace, composite(accumulating + trace) — next to a bare pair of
 // steady_clock reads and the accumulating policy, all in the same run.
 // The trace runs a fixed number of iterations into a fresh buffer big enough

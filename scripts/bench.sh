@@ -46,7 +46,7 @@ if command -v gnuplot >/dev/null && [[ -s $results/plot.dat ]]; then
     pipeline_plot="set title 'Pipeline efficiency: measured / slowest-stage bound; example profiled / plain';
       set xtics norotate; set yrange [0:1.1]; plot '$results/plot_pipeline.dat' using 0:2:xtic(1) with boxes lc rgb '#5a9e4b'"
   [[ -s $results/plot_goals.dat ]] &&
-    goals_plot="set title 'Issue 12 goals: dflash / anchor, median of interleaved rounds (see the table for targets)';
+    goals_plot="set title 'Performance targets: dflash / anchor, median of interleaved rounds (see the table for targets)';
       set xtics noenhanced norotate font ',9'; set logscale y 10; set yrange [0.01:*];
       plot '$results/plot_goals.dat' using 0:2:xtic(1) with boxes lc rgb '#b5562f'; unset logscale y"
   gnuplot -e "set terminal pngcairo size 1000,1150 font ',10'; set output 'docs/benchmarks.png';

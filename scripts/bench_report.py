@@ -98,30 +98,30 @@ def comparison_table(data):
     return "\n".join(out)
 
 
-# Issue 12's goals: (what, plot label, comparison file, shape, subject substring, anchor substring, target,
+# The performance targets: (what, plot label, comparison file, shape, subject substring, anchor substring, target,
 # higher is better)
 GOALS = [
-    ("1. Pipeline (direct_link) / tbb::parallel_pipeline, 50/20 µs, depth 8", "1 direct/TBB 50us", "pipeline_vs_tbb",
+    ("Pipeline (direct_link) / tbb::parallel_pipeline, 50/20 µs, depth 8", "direct/TBB 50us", "pipeline_vs_tbb",
      "50/20 us work, depth 8", "direct_link", "tbb", 0.95, True),
-    ("1. Pipeline (queue_spec) / tbb::parallel_pipeline, 50/20 µs, depth 8", "1 queue/TBB 50us", "pipeline_vs_tbb",
+    ("Pipeline (queue_spec) / tbb::parallel_pipeline, 50/20 µs, depth 8", "queue/TBB 50us", "pipeline_vs_tbb",
      "50/20 us work, depth 8", "queue_spec", "tbb", 0.95, True),
-    ("1. Pipeline (direct_link) / TBB, zero-cost stages, depth 8", "1 direct/TBB 0us", "pipeline_vs_tbb",
+    ("Pipeline (direct_link) / TBB, zero-cost stages, depth 8", "direct/TBB 0us", "pipeline_vs_tbb",
      "zero-cost stages, depth 8", "direct_link", "tbb", 0.5, True),
-    ("1. Pipeline (queue_spec) / TBB, zero-cost stages, depth 8", "1 queue/TBB 0us", "pipeline_vs_tbb",
+    ("Pipeline (queue_spec) / TBB, zero-cost stages, depth 8", "queue/TBB 0us", "pipeline_vs_tbb",
      "zero-cost stages, depth 8", "queue_spec", "tbb", 0.5, True),
-    ("3. bounded_queue / mutex+condvar+deque, 1P1C cap 1024", "3 1P1C/mutex", "compare_queue", "1P1C cap 1024", "bounded_queue",
+    ("bounded_queue / mutex+condvar+deque, 1P1C cap 1024", "1P1C/mutex", "compare_queue", "1P1C cap 1024", "bounded_queue",
      "mutex", 2.0, True),
-    ("3. bounded_queue / mutex+condvar+deque, 4P4C cap 1024", "3 4P4C/mutex", "compare_queue", "4P4C cap 1024", "bounded_queue",
+    ("bounded_queue / mutex+condvar+deque, 4P4C cap 1024", "4P4C/mutex", "compare_queue", "4P4C cap 1024", "bounded_queue",
      "mutex", 1.5, True),
-    ("3. bounded_queue / moodycamel BlockingConcurrentQueue, 1P1C cap 1024 (within 2×)", "3 1P1C/moodycamel", "compare_queue",
+    ("bounded_queue / moodycamel BlockingConcurrentQueue, 1P1C cap 1024 (within 2×)", "1P1C/moodycamel", "compare_queue",
      "1P1C cap 1024", "bounded_queue", "moodycamel", 0.5, True),
-    ("4. AccumulatingProfiler<tsc_clock> zone / bare TSC pair (cost)", "4 zone/TSC pair", "compare_profiler", "TSC clock",
+    ("AccumulatingProfiler<tsc_clock> zone / bare TSC pair (cost)", "zone/TSC pair", "compare_profiler", "TSC clock",
      "AccumulatingProfiler", "bare", 1.15, False),
 ]
 
 
 def goals_table(comparisons, plot):
-    out = ["| goal | measured ratio, median [min .. max] | target | met |", "|---|---|---|---|"]
+    out = ["| what | measured ratio, median [min .. max] | target | met |", "|---|---|---|---|"]
     for what, label, file, shape, subject, anchor, target, higher in GOALS:
         data = comparisons.get(file)
         row = next((r for r in (data or {}).get("rows", []) if r["shape"] == shape and subject in r["subject"]
@@ -163,9 +163,9 @@ def main():
     all_files = sorted(results.glob("*.json"))
     comparisons = [f for f in all_files if "comparison" in json.loads(f.read_text())]
     files = [f for f in all_files if f not in comparisons]
-    md += ["## Issue 12 goals (this run)", "",
+    md += ["## Performance targets (this run)", "",
            "Each a ratio measured side by side in one process, rounds interleaved; the sections below have",
-           "every row. Targets from issue 12; a goal not met is shown as measured.", "",
+           "every row. A target not met is shown as measured.", "",
            goals_table({f.stem: json.loads(f.read_text()) for f in comparisons}, goal_plot), ""]
     if files:
         ctx, _ = load(files[0])

@@ -1,4 +1,4 @@
-// Issue 12 goals 3/5: dflash::bounded_queue (NullProfiler) against the
+// dflash::bounded_queue (NullProfiler) against the
 // mutex + condition_variable + deque queue, moodycamel's
 // BlockingConcurrentQueue and tbb::concurrent_bounded_queue, same workload,
 // interleaved rounds in one process. Items/s; ratio = dflash / anchor.

@@ -204,8 +204,8 @@ TEST_CASE("select_anchors records under the anchors key", "[anchors][profile]") 
 
 TEST_CASE("select_anchors with block_size near INT32_MAX: no block fits, nothing overflows or reads past the row",
           "[anchors][limits]") {
-  // Before the fix `p + block_size <= seq_len` overflowed: INT32_MAX gave anchors {1, 2, 6, 7}, all kept,
-  // and with doc ids the document check read doc_ids[p + block_size - 1], far outside the row.
+  // `p + block_size <= seq_len` computed in int32 overflows for INT32_MAX (anchors {1, 2, 6, 7}, all kept,
+  // and a document check reading doc_ids[p + block_size - 1] far outside the row): the op must not.
   const bvec mask(10, 1);
   const ivec doc{0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
   constexpr std::int32_t max = std::numeric_limits<std::int32_t>::max();

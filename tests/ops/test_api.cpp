@@ -1,4 +1,4 @@
-// The ops' argument forms and document layouts (issue 13 item 16): every host op takes spans and
+// The ops' argument forms and document layouts: every host op takes spans and
 // anything contiguous without explicit template arguments; the three doc-id layouts convert by
 // named functions; every mask function takes the packed layout; the mask carries its element rule.
 #include <catch2/catch.hpp>
@@ -51,7 +51,7 @@ TEST_CASE("pack/unpack take vectors, arrays and spans with the element type dedu
   unpack_hidden_states(packed_a, cu_a, s, back_c);
   CHECK(std::vector<float>(back_c, back_c + 12) == back);
   unpack_hidden_states(std::span<const float>(packed), cu, s, std::span(back));  // spans still work
-  // bf16 deduced too; an explicit element type still compiles (the older form).
+  // bf16 deduced too; an explicit element type still compiles (callers may still name it).
   const std::vector<dflash::bf16> hb(padded.size(), dflash::bf16(1.5f));
   std::vector<dflash::bf16> pb(6);
   CHECK(pack_hidden_states(hb, s, lengths, pb, cu) == 3);

@@ -159,7 +159,7 @@ TEST_CASE("build_block_mask records under the block_mask key", "[block_mask][pro
 }
 
 TEST_CASE("tile sizes near INT32_MAX: one tile per axis, the same mask as the oracle", "[block_mask][limits]") {
-  // Before the fix tiles_for(n, tile) = (n + tile - 1) / tile overflowed: 0 x 0 tiles, everything masked, no error.
+  // (n + tile - 1) / tile in int32 overflows near INT32_MAX (0 x 0 tiles, everything masked, no error): tiles_for must not.
   constexpr std::int32_t max = std::numeric_limits<std::int32_t>::max();
   CHECK(tiles_for(1, max) == 1);
   CHECK(tiles_for(max, max) == 1);

@@ -159,7 +159,7 @@ TEST_CASE("pack_hidden_states: a shape whose element count wraps size_t is an ov
 
 TEST_CASE("unpack_hidden_states: a shape whose element count wraps size_t is an overflow error, not a crash",
           "[pack][limits]") {
-  // Before the fix the size check passed (0 == 0) and zeroing the padding wrote 2^60 floats.
+  // A size product that wraps to 0 must not pass the size check (0 == 0) and zero 2^60 floats of padding.
   const hidden_shape huge{16, 1 << 30, 1 << 30};
   std::vector<float> padded, packed;
   const ivec cu(17, 0);

@@ -256,9 +256,9 @@ struct stopping_sink {
 };
 }  // namespace
 
-// Review finding: a stage after the parallel one that threw (or threw
-// pipeline_stop) while its thread held the serial lock deadlocked cancel();
-// stop() from inside such a stage did too.
+// A stage after the parallel one that throws (or throws pipeline_stop) while
+// its thread holds the serial lock must not deadlock cancel(), nor must stop()
+// called from inside such a stage.
 TEST_CASE("direct links: a serial stage after the parallel one ends the pipeline from inside its call",
           "[pipeline][direct]") {
   watchdog wd("direct links: stop from the sink");
@@ -307,8 +307,8 @@ struct failing {
 };
 }  // namespace
 
-// Review finding: threads queued on the serial lock still ran the serial stage
-// once each after the pipeline was cancelled.
+// Threads queued on the serial lock when the pipeline is cancelled make no
+// further call of the serial stage.
 TEST_CASE("direct links: after a failure no serial call starts", "[pipeline][direct]") {
   watchdog wd("direct links: no call after cancel");
   using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 8>, dflash::workers<failing, 4>,

@@ -159,10 +159,10 @@ TEST_CASE("take() while 4 threads record: every add lands in exactly one window"
   REQUIRE(taken == 400'000);
 }
 
-// Issue 13 item 3: take() reset each field with its own exchange, so an add
-// racing it could put its count in one report and its total/min/max in the
-// next (a report "count 9313, min UINT64_MAX, max 0, total 0" was seen). Every
-// report must be self-consistent; with adds of one fixed duration d:
+// take() racing adds: if each field were reset with its own exchange, an add
+// could put its count in one report and its total/min/max in the next (a
+// report like "count 9313, min UINT64_MAX, max 0, total 0"). Every report
+// must be self-consistent; with adds of one fixed duration d:
 // total = d * count, and min = max = d whenever count > 0. Runs under TSan too.
 namespace {
 template <class Profiler>
@@ -213,9 +213,9 @@ TEST_CASE("take() racing adds with more threads than shards (overflow shard)", "
   take_racing_adds<dflash::AccumulatingProfiler<keys, std::chrono::steady_clock, 1>>(500);
 }
 
-// Issue 13 item 4: the duration was converted to int64 ns before the range
-// check, so years(300) was reported as a negative duration, years(585) was
-// silently recorded as ~163 days, and NaN / inf recorded INT64_MIN.
+// The range check comes before any conversion to int64 ns: converted first,
+// years(300) would read as a negative duration, years(585) as ~163 days, and
+// NaN / inf as INT64_MIN.
 TEST_CASE("add(): out-of-range and non-finite durations are rejected before converting", "[accumulating]") {
   using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
   using dsec = std::chrono::duration<double>;

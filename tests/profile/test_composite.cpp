@@ -198,8 +198,8 @@ TEST_CASE("a stage holding Composite<NullProfiler> computes what the uninstrumen
   for (std::uint64_t x : {0ull, 5ull, 1ull << 40}) REQUIRE(s(x) == u(x));
 }
 
-// Issue 12 goal 4: members that share a clock get one clock read per begin and
-// one per end, not one each.
+// Members that share a clock get one clock read per begin and one per end,
+// not one each (a composite zone costs one clock pair).
 namespace {
 struct counting_clock {
   using rep = std::int64_t;

@@ -58,7 +58,7 @@ TEST_CASE("summary() is a table: header, one row per recorded key in key_set ord
   CHECK(max + " " + max_u == "4.000 ms");
   CHECK(share == "60.0");
   CHECK(r1.find("500.000 us") != std::string::npos);  // queue_wait's 500 us, in us
-  // Issue 13 item 14: percentiles say they have bucket resolution; a key never
+  // Percentiles say they have bucket resolution; a key never
   // recorded (drafter_step) is hidden and the footer says so.
   CHECK(foot1.find("* p50/p90/p99 have histogram-bucket resolution") == 0);
   CHECK(foot2.find("1 key never recorded in this window, hidden (drafter_step)") == 0);
@@ -67,7 +67,6 @@ TEST_CASE("summary() is a table: header, one row per recorded key in key_set ord
   CHECK_FALSE(std::getline(in, extra));
 }
 
-// Issue 13 item 14.
 TEST_CASE("table: show_unrecorded lists never-recorded keys with dashes", "[report]") {
   dflash::report_options o;
   o.show_unrecorded = true;
@@ -148,8 +147,8 @@ TEST_CASE("JSON strings are escaped", "[report]") {
   CHECK(j["keys"][0]["name"] == "we\"ird\\name\n");
 }
 
-// Issue 13 item 6: rows were cut at a 256-byte buffer (a key name over ~165
-// characters lost the rest of its row and its newline).
+// A row is never cut at a fixed-size buffer (a key name over ~165 characters
+// would lose the rest of its row and its newline).
 TEST_CASE("table rows with very long key names stay whole", "[report]") {
   dflash::profile_snapshot s;
   s.window_ns = 1'000'000;
@@ -176,8 +175,8 @@ TEST_CASE("table rows with very long key names stay whole", "[report]") {
   CHECK(rows == 2);
 }
 
-// Issue 13 item 6: bytes that are not UTF-8 were copied into JSON strings,
-// making the document invalid. They become U+FFFD; valid UTF-8 passes through.
+// Bytes that are not UTF-8 would make a JSON document invalid: they become
+// U+FFFD; valid UTF-8 passes through.
 TEST_CASE("JSON stays valid with invalid UTF-8 in names", "[report]") {
   dflash::profile_snapshot s;
   s.keys.resize(4);

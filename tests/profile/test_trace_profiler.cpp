@@ -227,7 +227,7 @@ TEST_CASE("concurrent recording and writing: every event is kept or counted as d
   for (const auto& [tid, n] : per_tid) CHECK(n == capacity);
 }
 
-// Issue 13 item 4, for the trace: no bogus event from an out-of-range or NaN add().
+// For the trace: no bogus event from an out-of-range or NaN add().
 TEST_CASE("add(): out-of-range and non-finite durations are rejected, nothing recorded", "[trace]") {
   using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
   using dsec = std::chrono::duration<double>;
@@ -239,7 +239,7 @@ TEST_CASE("add(): out-of-range and non-finite durations are rejected, nothing re
   CHECK(t.recorded() == 0);
 }
 
-// Issue 13 item 6, for the trace: a thread name that is not UTF-8 keeps the JSON valid.
+// For the trace: a thread name that is not UTF-8 keeps the JSON valid.
 TEST_CASE("trace JSON stays valid with an invalid UTF-8 thread name", "[trace]") {
   real_trace t;
   t.name_thread("worker\xff#1");
@@ -252,7 +252,7 @@ TEST_CASE("trace JSON stays valid with an invalid UTF-8 thread name", "[trace]")
   CHECK(found);
 }
 
-// Issue 13 item 14: workers name their trace track after their stage; the
+// Workers name their trace track after their stage; the
 // call is policy-generic (a no-op where a policy has no thread names).
 TEST_CASE("name_this_thread names the trace track, through a Composite too; no-op elsewhere", "[trace]") {
   real_trace t;

@@ -143,9 +143,9 @@ TEST_CASE("a pop_for woken by a push returns the item before its deadline", "[bo
   CHECK(got == 5);
 }
 
-// Issue 13 item 2: now() + nanoseconds::max() overflowed, so a "forever"
-// timeout returned at once. The deadline must saturate: the call blocks until
-// an item (or room) arrives.
+// now() + nanoseconds::max() overflows, which would make a "forever" timeout
+// return at once. The deadline must saturate: the call blocks until an item
+// (or room) arrives.
 namespace {
 template <class D>
 void pop_for_blocks_until_push(D timeout) {
@@ -416,8 +416,8 @@ struct gated {
 };
 }  // namespace
 
-// Review finding: a pop_for whose position a push had claimed but not yet
-// published spun past its deadline until the publish.
+// A pop_for whose position a push has claimed but not yet published keeps
+// its deadline (it must not spin past it until the publish).
 TEST_CASE("pop_for keeps its deadline while a claimed push has not published yet", "[bounded_queue][parking]") {
   watchdog wd("pop_for keeps its deadline while a claimed push has not published yet");
   gated::entered = false;
@@ -435,12 +435,12 @@ TEST_CASE("pop_for keeps its deadline while a claimed push has not published yet
   releaser.join();
   slow.join();
   CHECK_FALSE(got.has_value());
-  CHECK(waited < 1s);  // before the fix: ~2 s, until the push published
+  CHECK(waited < 1s);  // not ~2 s, when the push publishes
   CHECK(q.pop_for(1s).has_value());
 }
 
-// Review finding: a push whose constructor threw after it had blocked left
-// blocked_pushers() (and the parked count) raised for good.
+// A push whose constructor throws after it has blocked leaves
+// blocked_pushers() (and the parked count) as they were.
 TEST_CASE("a blocked push whose constructor throws leaves no waiter counted", "[bounded_queue][parking]") {
   watchdog wd("a blocked push whose constructor throws leaves no waiter counted");
   bounded_queue<gated> q(1);

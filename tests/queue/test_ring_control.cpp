@@ -19,8 +19,8 @@ TEST_CASE("host_ring: capacity 0 is rejected", "[ring]") {
                        Catch::Matchers::Message("dflash::host_ring: capacity must be at least 1 (got 0)"));
 }
 
-// Issue 13 item 1: with one slot, "published for p" and "free for p+1" were the
-// same sequence value, so a second push overwrote the first item.
+// With one slot, "published for p" and "free for p+1" must be different
+// sequence values, or a second push would overwrite the first item.
 TEST_CASE("ring: capacity 1 holds exactly one item, lap after lap", "[ring]") {
   host_ring<int> r(1);
   for (int lap = 0; lap < 5; ++lap) {

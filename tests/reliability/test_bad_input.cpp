@@ -1,4 +1,4 @@
-// Bad input across the public API (issue 7, item 3): one table per entry point
+// Bad input across the public API: one table per entry point
 // that takes a size, length, count or interval. Every bad row must throw
 // std::invalid_argument whose message names the function and the bad value;
 // every table also has a control row (the same call with good values) that

@@ -1,4 +1,4 @@
-// Fault tests for dflash::Pipeline (issue 7, item 2): a stage that throws at a
+// Fault tests for dflash::Pipeline: a stage that throws at a
 // random step, a consumer that stops early, stop() under full queues, the
 // destructor of a running pipeline, and the join()/run() lifecycle. Every case
 // ends with: every stage thread exited (a thread_local mark per stage thread),

@@ -390,7 +390,7 @@ template <ProfilerPolicy P = NullProfiler>
   return m;
 }
 
-/// The same builders with the packed layout's two arrays passed apart (the older form).
+/// The same builders with the packed layout's two arrays passed apart (for callers that keep them apart).
 template <ProfilerPolicy P = NullProfiler>
 void build_block_mask(const block_mask_params& p, tile_shape t, std::span<const std::int32_t> doc_ids,
                       std::span<const std::int32_t> pos, std::span<const std::int32_t> anchors,
@@ -428,7 +428,7 @@ template <ProfilerPolicy P = NullProfiler>
   return d;
 }
 
-/// The older form: `mod` must be the mask's own rule (checked: a mod built from other inputs is a
+/// With an explicit rule: `mod` must be the mask's own rule (checked: a mod built from other inputs is a
 /// std::invalid_argument, never a silently wrong mask).
 [[nodiscard]] inline dense_mask expand_block_mask(const block_sparse_mask& m, const block_mask_mod& mod) {
   m.check_mod(mod, "expand_block_mask");

@@ -264,7 +264,7 @@ class Composite {
   }
 
   // When every enabled member takes external times from one clock, the clock
-  // is read once at begin and once at end for all of them (issue 12 goal 4).
+  // is read once at begin and once at end for all of them (one clock pair per zone, not one per member).
   template <class K, std::size_t... I>
   constexpr token_t<K> begin_all(K k, std::index_sequence<I...>) const noexcept {
     if constexpr (detail::has_shared_clock<K, P...>) {

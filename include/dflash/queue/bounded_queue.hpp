@@ -27,8 +27,8 @@
 // single modification order: a claim that comes later sees the bit and wakes
 // after it publishes, and a claim that came earlier is visible to the parker,
 // which then spins for that imminent publish instead of sleeping. So a wake-up
-// is never lost, and neither side needs a StoreLoad fence (an earlier version
-// paid a membarrier syscall — IPIs to every core — on each park).
+// is never lost, and neither side needs a StoreLoad fence (a fence-based
+// scheme would pay a membarrier syscall — IPIs to every core — on each park).
 
 #include <algorithm>
 #include <bit>
