@@ -62,6 +62,8 @@ struct Reduce {  // device link -> host: the result is written by enqueued work
   using input_type = Rows<B>;
   using output_type = Sum<B>;
   Sum<B> operator()(Rows<B>& in, const DS<B>& s) const {
+    // A pinned buffer per item keeps the example short; cudaMallocHost can
+    // serialise streams, so a real stage reuses them from a pool.
     auto sum = std::make_unique<dflash::host_buffer<float, B>>();
     float* d = in.sum.ensure(1, s);
     sum_rows(in.x.data(), 1024, d, s);

@@ -279,14 +279,15 @@ if [[ -z $cs ]]; then
   done
 fi
 tools=(memcheck racecheck synccheck initcheck)
-# memcheck also reports every CUDA API call that returns an error, and counts
-# it for --error-exitcode. dflash gets such results on purpose: a busy
-# cudaEventQuery / cudaStreamQuery answers cudaErrorNotReady (an answer, not a
-# failure), and tests provoke bad launches and allocations to check they are
-# reported. So memcheck runs with --report-api-errors no: a clean run is not a
-# false failure. A real API error still fails the run: every dflash call checks
-# its result and throws, so the test fails (exit non-zero, reported below).
-tool_flags() { [[ $1 == memcheck ]] && echo --report-api-errors no; }
+# Every tool also reports each CUDA API call that returns an error (the
+# default, --report-api-errors explicit), and counts it for --error-exitcode.
+# dflash gets such results on purpose: a busy cudaEventQuery / cudaStreamQuery
+# answers cudaErrorNotReady (an answer, not a failure), and tests provoke bad
+# launches and allocations to check they are reported. So every tool runs with
+# --report-api-errors no: a clean run is not a false failure. A real API error
+# still fails the run: every dflash call checks its result and throws, so the
+# test fails (exit non-zero, reported below).
+tool_flags() { echo --report-api-errors no; }
 if [[ -z $cs ]]; then
   result SKIP "compute-sanitizer (4 tools x $n_tests tests)" "compute-sanitizer not in PATH nor /usr/local/cuda*/bin"
 else

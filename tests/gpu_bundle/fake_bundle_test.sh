@@ -71,11 +71,11 @@ printf "steps 300\nchecksum 0xabc\nloss_f 2.5\n" >"$out"'
   stub "$b/bin/gpu_pipeline" 'echo "host twin: total 5068800 (expected 5068800)"; echo "cuda: total 5068800 (expected 5068800)"'
   # compute-sanitizer stand-in: runs the program; in "mixed", racecheck fails
   # even on the clean probe (unsupported) and initcheck finds an error in test_b.
-  # A memcheck run without --report-api-errors no reports the busy queries'
-  # cudaErrorNotReady as API errors, as the real one may (run.sh turns that off).
+  # A run of any tool without --report-api-errors no reports the busy queries'
+  # cudaErrorNotReady as API errors, as the real one does (run.sh turns that off).
   stub "$fake/compute-sanitizer" 'api=explicit; while [[ $1 == --* ]]; do case $1 in --tool) tool=$2; shift;; --report-api-errors) api=$2; shift;; --error-exitcode|--print-limit) shift;; esac; shift; done
 prog=$(basename "$1")
-if [[ $tool == memcheck && $api != no ]]; then
+if [[ $api != no ]]; then
   echo "========= Program hit cudaErrorNotReady (error 600) due to \"device not ready\" on CUDA API call to cudaEventQuery."
   echo "========= ERROR SUMMARY: 1 error"; exit 99; fi
 if [[ '"$scenario"' == mixed && $tool == racecheck && $prog == dflash_gpu_probe ]]; then

@@ -147,9 +147,12 @@ class cuda_backend {
   // next synchronisation, so the next cudaMallocAsync pays for a fresh
   // allocation. A pipeline frees and allocates the same sizes again and again
   // (device_buffer growth, per-item scratch): the pool keeps what it holds,
-  // so steady-state allocation is served from it. Device-wide: it sets the
-  // pool cudaMallocAsync uses (cudaDeviceGetMemPool), and only ever raises
-  // the threshold.
+  // so steady-state allocation is served from it. Device-wide and for the
+  // process: it sets the pool cudaMallocAsync uses (cudaDeviceGetMemPool) of
+  // the device current at the first create_stream, and only ever raises the
+  // threshold. The cost: memory freed into that pool stays reserved for it, so
+  // a program that also allocates with plain cudaMalloc (or another library)
+  // and runs short should call cudaMemPoolTrimTo(pool, 0) between phases.
   static void keep_pool_memory() {
     int dev = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");

@@ -145,7 +145,12 @@ struct device_queue_view {
 };
 
 /// Owns the ring in device memory. Construction initialises it on `stream`
-/// and waits once (set-up, not the hot path).
+/// and waits once (set-up, not the hot path). It also loads the ring's own
+/// kernels (close, packed reserve and copy): CUDA loads a kernel lazily at its
+/// first launch and may wait for the device to go idle to do so, so a first
+/// close() while a consumer kernel spins until it sees "closed" could hang.
+/// enqueue_padded's cub::DeviceScan kernels are CUB's: run it once before a
+/// consumer spins, or set CUDA_MODULE_LOADING=EAGER.
 template <class T>
 class device_queue {
  public:
@@ -163,6 +168,7 @@ class device_queue {
       detail::ring_init_kernel<> <<<blocks, 256, 0, stream>>>(ctl);
       detail::cuda_check_launch("dflash::device_queue: ring init launch");
       detail::cuda_check(cudaStreamSynchronize(stream), "dflash::device_queue: ring init");
+      preload_kernels();
     } catch (...) {  // no destructor runs for a throwing constructor
       free_all();
       throw;
@@ -182,6 +188,7 @@ class device_queue {
   }
 
  private:
+  static void preload_kernels();  // after the kernels it names (below)
   void free_all() noexcept {
     cudaFree(data_);  // cudaFree(nullptr) is a no-op
     cudaFree(seq_);
@@ -229,6 +236,16 @@ __global__ void packed_copy_kernel(device_queue_view<T> q, const T* values, int 
   }
 }
 }  // namespace detail
+
+template <class T>
+void device_queue<T>::preload_kernels() {
+  cudaFuncAttributes attr{};  // cudaFuncGetAttributes loads a kernel without launching it
+  detail::cuda_check(cudaFuncGetAttributes(&attr, detail::ring_close_kernel<>), "dflash::device_queue: load ring_close_kernel");
+  detail::cuda_check(cudaFuncGetAttributes(&attr, detail::packed_reserve_kernel<T>),
+                     "dflash::device_queue: load packed_reserve_kernel");
+  detail::cuda_check(cudaFuncGetAttributes(&attr, detail::packed_copy_kernel<T>),
+                     "dflash::device_queue: load packed_copy_kernel");
+}
 
 /// Enqueue n variable-length sequences from a padded [n, max_len] device array
 /// as one packed run: sequence b lands at ring position ticket.first +
