@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "watchdog.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -382,6 +384,50 @@ int throwing(int argc, char** argv, bool producer_throws) {
   return g_failures;
 }
 
+// wire<T> decoding validates every size before it allocates (no MPI needed).
+int wire_checks() {
+  g_rank = 0;
+  std::vector<dflash::mpi::wire_buffer> bufs;
+  // blob's header: rank, seq (4 + 4), f's and u's sizes (8 + 8), scale (8) = 32 bytes.
+  auto header = [](std::size_t bytes, std::uint64_t f_count) {
+    std::vector<std::byte> h(bytes);
+    std::memcpy(h.data() + 8, &f_count, 8);
+    return h;
+  };
+  auto rejects = [&](const std::vector<std::byte>& h, const char* what) {
+    blob b;
+    bool threw = false;
+    try {
+      dflash::mpi::wire_decode(b, h.data(), h.size(), bufs);
+    } catch (const std::runtime_error& e) {
+      threw = std::string(e.what()).find(what) != std::string::npos;
+      if (!threw) std::fprintf(stderr, "unexpected message: %s\n", e.what());
+    }
+    CHECK(threw);
+    CHECK(b.f.capacity() == 0);  // nothing allocated before the header was found bad
+    CHECK(b.u.capacity() == 0);
+  };
+  blob probe;
+  CHECK(dflash::mpi::wire_header_bytes(probe) == 32u);
+  rejects(header(21, std::uint64_t{1} << 26), "layout needs 32");  // short header claiming 2^26 floats
+  rejects(header(40, 3), "layout needs 32");                       // long header
+  rejects(header(32, std::uint64_t{5} << 30), "over the limit");   // 20 GiB of floats
+  rejects(header(32, std::uint64_t{1} << 62), "overflows");        // bytes overflow size_t
+  // A valid header round-trips, buffers sized from it.
+  blob src = make_blob(3, 7), dst;
+  std::vector<std::byte> h;
+  dflash::mpi::wire_encode(src, h, bufs);
+  std::vector<dflash::mpi::wire_buffer> in;
+  dflash::mpi::wire_decode(dst, h.data(), h.size(), in);
+  CHECK(in.size() == bufs.size());
+  for (std::size_t i = 0; i < in.size() && i < bufs.size(); ++i) {
+    CHECK(in[i].bytes == bufs[i].bytes);
+    std::memcpy(in[i].data, bufs[i].data, bufs[i].bytes);
+  }
+  CHECK(dst.rank == 3 && dst.seq == 7 && blob_ok(dst));
+  return g_failures;
+}
+
 int key_mismatch(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   g_rank = job.rank();
@@ -409,7 +455,10 @@ int key_mismatch(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  // Every mode ends in a second or two; a hang fails here, with a message, long before ctest's timeout.
+  watchdog wd("test_mpi " + mode, 15s);
   try {
+    if (mode == "wire") return wire_checks();
     if (mode == "aggregate") return aggregate(argc, argv);
     if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
     if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
@@ -422,6 +471,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch)\n", mode.c_str());
+                       "throw_producer, throw_consumer, key_mismatch, wire)\n", mode.c_str());
   return 2;
 }
