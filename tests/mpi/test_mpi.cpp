@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -82,14 +84,80 @@ struct dflash::mpi::wire<blob> {
 
 namespace {
 
+// Same header length as blob (32 bytes), fields in another order: a consumer
+// expecting it reads blob's rank and seq as a vector size.
+struct blob_swapped {
+  std::vector<float> f;
+  std::int32_t rank = -1;
+  std::int32_t seq = -1;
+  std::vector<std::uint8_t> u;
+  double scale = 0;
+};
+
+// An element whose default constructor writes nothing: a vector of 2 GiB of
+// them is address space, not memory (pages are touched only if written).
+struct lazy_byte {
+  unsigned char b;
+  lazy_byte() noexcept {}  // NOLINT: deliberately leaves b uninitialised
+};
+static_assert(std::is_trivially_copyable_v<lazy_byte>);
+struct sized {
+  std::int32_t rank = -1;
+  std::int32_t seq = -1;
+  std::vector<lazy_byte> v;
+};
+std::size_t (*g_sized_bytes)(int rank, int seq) = [](int, int) -> std::size_t { return 0; };
+
+}  // namespace
+
+template <>
+struct dflash::mpi::wire<blob_swapped> {
+  static void for_each_field(blob_swapped& x, auto&& f) {
+    f(x.f);
+    f(x.rank);
+    f(x.seq);
+    f(x.u);
+    f(x.scale);
+  }
+};
+template <>
+struct dflash::mpi::wire<sized> {
+  static void for_each_field(sized& x, auto&& f) {
+    f(x.rank);
+    f(x.seq);
+    f(x.v);
+  }
+};
+
+namespace {
+
+int ident(const blob_swapped& b) { return b.rank; }
+int seq_of(const blob_swapped& b) { return b.seq; }
+bool item_ok(const blob_swapped&) { return true; }
+int ident(const sized& b) { return b.rank; }
+int seq_of(const sized& b) { return b.seq; }
+bool item_ok(const sized& b) { return b.v.size() == g_sized_bytes(b.rank, b.seq); }
+
 int ident(const tick& t) { return t.rank; }
 int ident(const blob& b) { return b.rank; }
 int seq_of(const tick& t) { return t.seq; }
 int seq_of(const blob& b) { return b.seq; }
 template <class T>
 T make(int r, int s) {
-  if constexpr (std::is_same_v<T, tick>) return tick{r, s, tick_check(r, s)};
-  else return make_blob(r, s);
+  if constexpr (std::is_same_v<T, tick>) {
+    return tick{r, s, tick_check(r, s)};
+  } else if constexpr (std::is_same_v<T, blob_swapped>) {
+    blob_swapped x;
+    x.rank = r;
+    x.seq = s;
+    return x;
+  } else if constexpr (std::is_same_v<T, sized>) {
+    sized x{r, s, {}};
+    x.v.resize(g_sized_bytes(r, s));
+    return x;
+  } else {
+    return make_blob(r, s);
+  }
 }
 bool item_ok(const tick& t) { return t.check == tick_check(t.rank, t.seq); }
 bool item_ok(const blob& b) { return blob_ok(b); }
@@ -225,6 +293,25 @@ void check_exactly_once(link_run<T>& r, const std::vector<int>& producers, int i
 }
 
 // ---- modes --------------------------------------------------------------------
+struct wait_source {  // ends once *done says so
+  static constexpr dflash::fixed_string name{"wait"};
+  using input_type = void;
+  using output_type = int;
+  std::function<bool()>* done;
+  std::optional<int> operator()() {
+    while (!(*done)()) std::this_thread::sleep_for(1ms);
+    return std::nullopt;
+  }
+};
+struct drop_sink {
+  static constexpr dflash::fixed_string name{"drop"};
+  using input_type = int;
+  using output_type = void;
+  void operator()(int&&) {}
+};
+template <class P>
+using wait_pipe = dflash::Pipeline<P, wait_source, dflash::queue_spec<"wait_q", 1>, drop_sink>;
+
 int aggregate(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   g_rank = job.rank();
@@ -236,7 +323,7 @@ int aggregate(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("not in the job") != std::string::npos);
   }
-  using profiler = dflash::AccumulatingProfiler<dflash::key_set<"a", "b">>;
+  using profiler = dflash::AccumulatingProfiler<dflash::key_set_cat_t<dflash::key_set<"a", "b">, dflash::pipeline_keys_t<wait_pipe>>>;
   profiler prof;
   // rank r: r + 1 records of "a" lasting (r + 1) ms each; rank r records "b" only if r is odd.
   const int r = job.rank();
@@ -258,9 +345,11 @@ int aggregate(int argc, char** argv) {
     }
   };
   job.start(prof, opt);
-  // No timing bound: the loops end as soon as the reports flowed; a hang hits the ctest timeout.
-  if (r == 0) while (!heard_all.load()) std::this_thread::sleep_for(1ms);
-  else while (job.periodic_reports() < 1) std::this_thread::sleep_for(1ms);
+  // Reports flow while a run() (or finish()) is in progress: a pipeline whose
+  // source ends once they did. No timing bound: a hang fails the watchdog.
+  std::function<bool()> done = [&] { return r == 0 ? heard_all.load() : job.periodic_reports() >= 1; };
+  wait_pipe<profiler> p(prof, wait_source{&done}, drop_sink{});
+  CHECK(job.run(p));
   auto res = job.finish();
   CHECK(res.ok);
   if (r == 0) {
@@ -384,6 +473,143 @@ int throwing(int argc, char** argv, bool producer_throws) {
   return g_failures;
 }
 
+// An item buffer over MPI's 2 GiB count limit: the producer's sink stage
+// fails with the reason (not the progress thread, where it was swallowed and
+// the job hung); every rank ends, rank 0 names the rank.
+int oversize(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  g_sized_bytes = [](int, int seq) -> std::size_t { return seq == 3 ? (std::size_t{1} << 31) + 8 : 16; };
+  run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 0, 0};  // endless: only the error ends the job
+  auto r = run_link<sized>(job, {1}, {0}, cfg, ccfg);
+  CHECK(r.ran_ok == (g_rank != 1));
+  CHECK(!r.result.ok);
+  CHECK(r.bad == 0);
+  if (g_rank == 0) {
+    std::printf("rank 0 reports: %s\n", r.result.error.c_str());
+    CHECK(r.result.error.find("rank 1: ") == 0);
+    CHECK(r.result.error.find("2 GiB") != std::string::npos);
+    CHECK(r.got.size() <= 3u);  // at most the items before the big one (the stop may drop some)
+    for (auto [p, q] : r.got) CHECK(p == 1 && q < 3);
+  }
+  return g_failures;
+}
+
+// Producers send blob, the consumer expects blob_swapped (same header length,
+// its first field a vector): the consumer rejects the items before it
+// allocates anything, and the job ends with its reason.
+int layout_mismatch(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  run_config cfg{50, -1, 0, 0}, ccfg{-1, -1, 0, 0};
+  bool ran = false;
+  dflash::mpi::job_result res;
+  if (g_rank == 0) {
+    auto r = run_link<blob_swapped>(job, {1, 2}, {0}, cfg, ccfg);
+    ran = r.ran_ok;
+    res = r.result;
+  } else {
+    auto r = run_link<blob>(job, {1, 2}, {0}, cfg, ccfg);
+    ran = r.ran_ok;
+    res = r.result;
+  }
+  CHECK(ran);  // no stage threw: the progress thread found the error
+  CHECK(!res.ok);
+  if (g_rank == 0) {
+    std::printf("rank 0 reports: %s\n", res.error.c_str());
+    CHECK(res.error.find("rank 0: ") == 0);
+    CHECK(res.error.find("wire<T>") != std::string::npos);
+  }
+  return g_failures;
+}
+
+// An exception leaves the scope of a running job on rank 1 (the consumer,
+// after its pipeline ended early): ~job must finish with an error so the other
+// ranks end, with the profiler declared before the job or after it.
+struct stop_early {  // the consumer's pipeline ends early (no error), then its rank throws
+  static constexpr dflash::fixed_string name{"collect"};
+  using input_type = tick;
+  using output_type = void;
+  int n = 0;
+  void operator()(tick&&) {
+    if (++n == 50) throw dflash::pipeline_stop{};
+  }
+};
+template <bool ProfFirst>
+void unwind_scope(int argc, char** argv, int& rank) {
+  using S = pipes<tick>;
+  using P = typename S::profiler;
+  std::optional<P> early;
+  if constexpr (ProfFirst) early.emplace();
+  dflash::mpi::job job(argc, argv);
+  std::optional<P> late;
+  if constexpr (!ProfFirst) late.emplace();
+  P& prof = ProfFirst ? *early : *late;
+  rank = g_rank = job.rank();
+  dflash::mpi::job_options opt;
+  opt.report_interval = 1ms;  // periodic snapshots of prof keep coming
+  opt.on_report = [](const dflash::mpi::job_profile&) {};
+  job.start(prof, opt);
+  link_t<tick> link(job, {0, 2}, {1});
+  run_config cfg{-1, -1, 0, 0};
+  if (link.is_producer()) {
+    S::producer<P> p(prof, gen_source<P, tick>{&cfg, job.rank()}, dflash::mpi::mpi_link_sink<P, link_t<tick>>{&link, prof});
+    CHECK(job.run(p));
+  } else {
+    dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<tick>>, dflash::queue_spec<"in_q", 4>, stop_early> p(
+        prof, dflash::mpi::mpi_link_source<P, link_t<tick>>{&link, prof}, stop_early{});
+    CHECK(job.run(p));
+    throw std::runtime_error("rank 1 fails after its pipeline");
+  }
+  const auto res = job.finish();
+  CHECK(!res.ok);
+  if (rank == 0) {
+    std::printf("rank 0 reports: %s\n", res.error.c_str());
+    CHECK(res.error.find("rank 1: ") == 0);
+    CHECK(res.error.find("finish()") != std::string::npos);
+  }
+}
+template <bool ProfFirst>
+int unwind(int argc, char** argv) {
+  int rank = -1;
+  try {
+    unwind_scope<ProfFirst>(argc, argv, rank);
+    CHECK(rank != 1);
+  } catch (const std::runtime_error& e) {
+    CHECK(rank == 1 && std::string(e.what()) == "rank 1 fails after its pipeline");
+  }
+  return g_failures;
+}
+
+// A rank throws before job.start(): the others' start() fails with its rank
+// and reason instead of waiting in the collective (and the thrower does not
+// wait in MPI_Finalize).
+int throw_before_start(int argc, char** argv) {
+  int rank = -1;
+  std::string caught;
+  try {
+    dflash::mpi::job job(argc, argv);
+    rank = g_rank = job.rank();
+    if (rank == 1) {
+      job.fail("no GPU on this rank");  // optional: the reason the others report
+      throw std::runtime_error("setup failed on rank 1");
+    }
+    dflash::AccumulatingProfiler<dflash::key_set<"a">> prof;
+    job.start(prof);
+    CHECK(false);  // start() must fail on the other ranks
+  } catch (const std::runtime_error& e) {
+    caught = e.what();
+  }
+  std::printf("rank %d: %s\n", rank, caught.c_str());
+  if (rank == 1) {
+    CHECK(caught == "setup failed on rank 1");
+  } else {
+    CHECK(caught.find("rank 1") != std::string::npos);
+    CHECK(caught.find("no GPU on this rank") != std::string::npos);
+  }
+  return g_failures;
+}
+
 // wire<T> decoding validates every size before it allocates (no MPI needed).
 int wire_checks() {
   g_rank = 0;
@@ -459,6 +685,11 @@ int main(int argc, char** argv) {
   watchdog wd("test_mpi " + mode, 15s);
   try {
     if (mode == "wire") return wire_checks();
+    if (mode == "oversize") return oversize(argc, argv);
+    if (mode == "layout_mismatch") return layout_mismatch(argc, argv);
+    if (mode == "unwind_prof_first") return unwind<true>(argc, argv);
+    if (mode == "unwind_prof_after") return unwind<false>(argc, argv);
+    if (mode == "throw_before_start") return throw_before_start(argc, argv);
     if (mode == "aggregate") return aggregate(argc, argv);
     if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
     if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
@@ -471,6 +702,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch, wire)\n", mode.c_str());
+                       "throw_producer, throw_consumer, key_mismatch, wire, oversize, layout_mismatch, unwind_prof_first, "
+                       "unwind_prof_after, throw_before_start)\n", mode.c_str());
   return 2;
 }
