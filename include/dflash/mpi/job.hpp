@@ -41,6 +41,10 @@
 // the profiler, the job and the links were declared in: ~job finishes with
 // an error (without a snapshot), the other ranks end.
 //
+// start() is collective and so is leaving before it: a rank whose job is
+// destroyed before start() (an exception, an early return) joins start()'s
+// collective saying so, and start() on the other ranks throws naming it.
+//
 // Clean shutdown: every message is sent with MPI_Issend (complete = matched by
 // the receiver), and a rank sends its FINAL message to rank 0 only after all
 // its sends completed; rank 0 answers every FINAL with BYE. So no message is
@@ -143,11 +147,24 @@ class job {
   job(const job&) = delete;
   job& operator=(const job&) = delete;
 
-  /// If finish() was not called (an exception unwinds past the job), finishes
-  /// with an error so that the other ranks stop and do not wait for this one;
-  /// no snapshot is taken (the profiler may be gone).
+  /// Before start(): joins start()'s collective as "left before start" (the
+  /// other ranks' start() throws naming this rank; error text from fail() if
+  /// any). After start(), if finish() was not called (an exception unwinds
+  /// past the job), finishes with an error so that the other ranks stop and do
+  /// not wait for this one; no snapshot is taken (the profiler may be gone).
   ~job() {
-    if (thread_.joinable() && !finished_) {
+    if (!start_collective_done_) {
+      try {
+        std::string why;
+        {
+          std::lock_guard lk(state_m_);
+          why = error_;
+        }
+        if (why.empty()) why = "its job was destroyed before start() (an exception, or it returned early)";
+        (void)start_collective(std::move(why), true);
+      } catch (...) {
+      }
+    } else if (thread_.joinable() && !finished_) {
       try {
         fail("rank exited without calling finish() (an exception left the job's scope?)");
         (void)finish_impl();
@@ -335,6 +352,28 @@ class job {
     return r;
   }
 
+  // The first collective of start(), also made by a rank leaving before start()
+  // (~job): each rank says whether it starts, and its key-set hash. Returns the
+  // hashes if every rank starts; otherwise every starting rank throws, naming
+  // the ranks that left and why.
+  std::vector<std::uint64_t> start_collective(std::string leaving_reason, bool leaving) {
+    start_collective_done_ = true;
+    const std::uint64_t mine[2] = {leaving ? 1u : 0u, leaving ? 0u : key_hash_};
+    std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size_));
+    check(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm_), "MPI_Allgather");
+    bool any = false;
+    for (int r = 0; r < size_; ++r) any |= all[2 * static_cast<std::size_t>(r)] != 0;
+    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r) hashes[static_cast<std::size_t>(r)] = all[2 * static_cast<std::size_t>(r) + 1];
+    if (!any) return hashes;
+    const auto why = gather_strings(leaving ? leaving_reason : std::string());
+    if (leaving) return {};
+    std::string msg = "dflash::mpi::job::start(): the job cannot start:";
+    for (int r = 0; r < size_; ++r)
+      if (all[2 * static_cast<std::size_t>(r)] != 0)
+        msg += " rank " + std::to_string(r) + " left before start(): " + why[static_cast<std::size_t>(r)] + ".";
+    throw std::runtime_error(msg);
+  }
   // Collective: every rank's string.
   std::vector<std::string> gather_strings(const std::string& s) {
     const int len = static_cast<int>(s.size());
@@ -353,13 +392,15 @@ class job {
   }
 
   void start_impl(std::vector<std::string> names, job_options opt) {
-    if (thread_.joinable() || finished_) throw std::logic_error("dflash::mpi::job::start(): called twice");
-    if (opt.report_interval.count() < 0)
-      throw std::invalid_argument("dflash::mpi::job: report_interval must not be negative");
-    const std::uint64_t h = key_set_hash(names);
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
-    check(MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_), "MPI_Allgather");
-    check_key_sets(names, all);
+    if (start_collective_done_) throw std::logic_error("dflash::mpi::job::start(): called twice");
+    if (opt.report_interval.count() < 0) {
+      // Local bad input: the other ranks are entering the collective; fail start() there too.
+      const std::string why = "job_options::report_interval must not be negative";
+      (void)start_collective(why, true);
+      throw std::invalid_argument("dflash::mpi::job: " + why);
+    }
+    key_hash_ = key_set_hash(names);
+    check_key_sets(names, start_collective({}, false));
     names_ = std::move(names);
     opt_ = std::move(opt);
     if (!opt_.on_report) opt_.on_report = [](const job_profile& j) {
@@ -381,7 +422,8 @@ class job {
     });
   }
 
-  // Collective, before the progress thread exists: the hashes, then the names of every rank when they differ (so the
+  // Collective, before the progress thread exists: the hashes (from
+  // start_collective), then the names of every rank when they differ (so the
   // message can name the key).
   void check_key_sets(const std::vector<std::string>& names, const std::vector<std::uint64_t>& all) {
     if (std::all_of(all.begin(), all.end(), [&](auto x) { return x == all[0]; })) return;
@@ -642,6 +684,8 @@ class job {
   job_options opt_;
   std::thread thread_;
   bool finished_ = false;
+  bool start_collective_done_ = false;
+  std::uint64_t key_hash_ = 0;
 
   std::mutex window_m_;
   int window_users_ = 0;  // run() / finish() calls in progress
