@@ -106,6 +106,7 @@ struct sized {
   std::int32_t seq = -1;
   std::vector<lazy_byte> v;
 };
+std::function<std::uint64_t()> g_link_received;  // the current run_link's consumer count
 std::size_t (*g_sized_bytes)(int rank, int seq) = [](int, int) -> std::size_t { return 0; };
 
 }  // namespace
@@ -250,11 +251,12 @@ struct link_run {
 
 template <class T>
 link_run<T> run_link(dflash::mpi::job& job, const std::vector<int>& producers, const std::vector<int>& consumers,
-                     run_config& cfg, run_config& consumer_cfg) {
+                     run_config& cfg, run_config& consumer_cfg, dflash::mpi::job_options opt = {}) {
   using S = pipes<T>;
   typename S::profiler prof;
-  job.start(prof);
+  job.start(prof, std::move(opt));
   link_t<T> link(job, producers, consumers);
+  g_link_received = [&link] { return link.stats().received; };
   link_run<T> out;
   if (link.is_producer()) {
     typename S::template producer<typename S::profiler> p(prof, gen_source<typename S::profiler, T>{&cfg, job.rank()},
@@ -269,7 +271,44 @@ link_run<T> run_link(dflash::mpi::job& job, const std::vector<int>& producers, c
   out.end_ns = std::chrono::steady_clock::now().time_since_epoch().count();
   out.result = job.finish();
   out.stats = link.stats();
+  g_link_received = nullptr;
   return out;
+}
+
+// Credits: for every producer p and consumer c, the credits p got back from c
+// equal the items of p that c's source stage took (and c returned as many),
+// and each producer handed `items` to MPI. After a clean finish() every credit
+// has arrived (a consumer's FINAL waits for its credit sends to be matched).
+template <class T>
+void check_credits(const link_run<T>& r, const std::vector<int>& producers, const std::vector<int>& consumers,
+                   int items) {
+  const auto& st = r.stats;
+  const std::size_t n = st.taken_from.size();
+  std::vector<int> flat;
+  for (auto* v : {&st.credits_from, &st.taken_from, &st.credits_to})
+    for (auto x : *v) flat.push_back(static_cast<int>(x));
+  flat.push_back(static_cast<int>(st.sent));
+  const auto all = gather_ints(flat);
+  if (g_rank != 0) return;
+  const std::size_t per = 3 * n + 1;
+  CHECK(all.size() == per * n);
+  if (all.size() != per * n) return;
+  auto credits_from = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + static_cast<std::size_t>(peer)]; };
+  auto taken_from = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + n + static_cast<std::size_t>(peer)]; };
+  auto credits_to = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + 2 * n + static_cast<std::size_t>(peer)]; };
+  for (int p : producers) {
+    CHECK(all[static_cast<std::size_t>(p) * per + 3 * n] == items);
+    int taken = 0;
+    for (int c : consumers) {
+      if (credits_from(p, c) != taken_from(c, p) || credits_to(c, p) != taken_from(c, p))
+        std::fprintf(stderr, "producer %d, consumer %d: took %d items, returned %d credits, %d arrived\n", p, c,
+                     taken_from(c, p), credits_to(c, p), credits_from(p, c));
+      CHECK(credits_from(p, c) == taken_from(c, p));
+      CHECK(credits_to(c, p) == taken_from(c, p));
+      taken += taken_from(c, p);
+    }
+    CHECK(taken == items);
+  }
 }
 
 // Every (p, s) for p in producers, s < items: exactly once over all consumers.
@@ -409,11 +448,48 @@ int exactly_once(int argc, char** argv, bool multi) {
   CHECK(r.stats.max_buffered_per_producer <= depth);
   if (!multi && g_rank == 0) CHECK(r.stats.max_buffered_per_producer >= 1);
   check_exactly_once(r, producers, items);
+  check_credits(r, producers, consumers, items);
   if (g_rank == 0) {
     const auto m = r.result.profile->merged();
     const auto* sent = m.find("net.send.work");
     CHECK(sent && sent->count == producers.size() * static_cast<std::size_t>(items));
     std::fputs(dflash::mpi::format_job_table(*r.result.profile).c_str(), stdout);
+  }
+  return g_failures;
+}
+
+// Credits in batches: fast producers, a consumer that is slow in bursts, and
+// a progress thread on the consumer rank that stalls now and then (on_report
+// runs there) until the source stage took two items, so their credits go back
+// as one message. Every credit must still be counted: per producer, credits
+// returned == items consumed (a consumer returning one credit per message
+// starves the producers of credits and fails here or hangs the watchdog).
+int credit_batches(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  const std::vector<int> producers{1, 2}, consumers{0};
+  const int items = 400;
+  run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 25, 0};
+  dflash::mpi::job_options opt;
+  if (g_rank == 0) {
+    opt.report_interval = 2ms;
+    opt.on_report = [&job](const dflash::mpi::job_profile&) {
+      if (!g_link_received || job.stopped()) return;
+      const auto from = g_link_received();
+      // Bounded: near the end fewer than two items may be left to take.
+      const auto until = std::chrono::steady_clock::now() + 3ms;
+      while (g_link_received() < from + 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    };
+  }
+  auto r = run_link<tick>(job, producers, consumers, cfg, ccfg, std::move(opt));
+  CHECK(r.ran_ok);
+  CHECK(r.result.ok);
+  CHECK(r.bad == 0);
+  check_exactly_once(r, producers, items);
+  check_credits(r, producers, consumers, items);
+  if (g_rank == 0) {
+    std::printf("largest credit batch: %llu\n", static_cast<unsigned long long>(r.stats.max_credit_batch));
+    CHECK(r.stats.max_credit_batch >= 2);  // the test exercised batches
   }
   return g_failures;
 }
@@ -438,6 +514,7 @@ int drain(int argc, char** argv) {
     CHECK(seen.size() == 400u);
     CHECK(!seen.empty() && seen.begin()->first == 2 && seen.rbegin()->second == 399);
   }
+  check_credits(r, {2}, {0}, 400);
   return g_failures;
 }
 
@@ -694,6 +771,7 @@ int main(int argc, char** argv) {
     if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
     if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
     if (mode == "drain") return drain(argc, argv);
+    if (mode == "credit_batches") return credit_batches(argc, argv);
     if (mode == "throw_producer") return throwing(argc, argv, true);
     if (mode == "throw_consumer") return throwing(argc, argv, false);
     if (mode == "key_mismatch") return key_mismatch(argc, argv);
@@ -702,7 +780,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch, wire, oversize, layout_mismatch, unwind_prof_first, "
+                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, oversize, layout_mismatch, unwind_prof_first, "
                        "unwind_prof_after, throw_before_start)\n", mode.c_str());
   return 2;
 }
