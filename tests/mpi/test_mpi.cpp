@@ -602,17 +602,20 @@ int layout_mismatch(int argc, char** argv) {
 
 // An exception leaves the scope of a running job on rank 1 (the consumer,
 // after its pipeline ended early): ~job must finish with an error so the other
-// ranks end, with the profiler declared before the job or after it.
+// ranks end, with the profiler declared before the job or after it. AfterEnd:
+// every pipeline ends normally and rank 1 throws only once the others are
+// likely inside finish() with their FINAL sent, so its STOP comes late.
 struct stop_early {  // the consumer's pipeline ends early (no error), then its rank throws
   static constexpr dflash::fixed_string name{"collect"};
   using input_type = tick;
   using output_type = void;
+  int stop_at = 50;
   int n = 0;
   void operator()(tick&&) {
-    if (++n == 50) throw dflash::pipeline_stop{};
+    if (++n == stop_at) throw dflash::pipeline_stop{};
   }
 };
-template <bool ProfFirst>
+template <bool ProfFirst, bool AfterEnd = false>
 void unwind_scope(int argc, char** argv, int& rank) {
   using S = pipes<tick>;
   using P = typename S::profiler;
@@ -627,15 +630,19 @@ void unwind_scope(int argc, char** argv, int& rank) {
   opt.report_interval = 1ms;  // periodic snapshots of prof keep coming
   opt.on_report = [](const dflash::mpi::job_profile&) {};
   job.start(prof, opt);
-  link_t<tick> link(job, {0, 2}, {1});
-  run_config cfg{-1, -1, 0, 0};
+  std::vector<int> producers;
+  for (int r = 0; r < job.size(); ++r)
+    if (r != 1) producers.push_back(r);
+  link_t<tick> link(job, producers, {1});
+  run_config cfg{AfterEnd ? 100 : -1, -1, 0, 0};
   if (link.is_producer()) {
     S::producer<P> p(prof, gen_source<P, tick>{&cfg, job.rank()}, dflash::mpi::mpi_link_sink<P, link_t<tick>>{&link, prof});
     CHECK(job.run(p));
   } else {
     dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<tick>>, dflash::queue_spec<"in_q", 4>, stop_early> p(
-        prof, dflash::mpi::mpi_link_source<P, link_t<tick>>{&link, prof}, stop_early{});
+        prof, dflash::mpi::mpi_link_source<P, link_t<tick>>{&link, prof}, stop_early{AfterEnd ? -1 : 50});
     CHECK(job.run(p));
+    if (AfterEnd) std::this_thread::sleep_for(100ms);  // the others reach finish(); no bound is asserted
     throw std::runtime_error("rank 1 fails after its pipeline");
   }
   const auto res = job.finish();
@@ -646,11 +653,11 @@ void unwind_scope(int argc, char** argv, int& rank) {
     CHECK(res.error.find("finish()") != std::string::npos);
   }
 }
-template <bool ProfFirst>
+template <bool ProfFirst, bool AfterEnd = false>
 int unwind(int argc, char** argv) {
   int rank = -1;
   try {
-    unwind_scope<ProfFirst>(argc, argv, rank);
+    unwind_scope<ProfFirst, AfterEnd>(argc, argv, rank);
     CHECK(rank != 1);
   } catch (const std::runtime_error& e) {
     CHECK(rank == 1 && std::string(e.what()) == "rank 1 fails after its pipeline");
@@ -766,6 +773,7 @@ int main(int argc, char** argv) {
     if (mode == "layout_mismatch") return layout_mismatch(argc, argv);
     if (mode == "unwind_prof_first") return unwind<true>(argc, argv);
     if (mode == "unwind_prof_after") return unwind<false>(argc, argv);
+    if (mode == "unwind_after_end") return unwind<true, true>(argc, argv);
     if (mode == "throw_before_start") return throw_before_start(argc, argv);
     if (mode == "aggregate") return aggregate(argc, argv);
     if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
@@ -781,6 +789,6 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
                        "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, oversize, layout_mismatch, unwind_prof_first, "
-                       "unwind_prof_after, throw_before_start)\n", mode.c_str());
+                       "unwind_prof_after, unwind_after_end, throw_before_start)\n", mode.c_str());
   return 2;
 }

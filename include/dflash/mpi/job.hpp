@@ -526,7 +526,11 @@ class job {
         enter_stop();
         busy = true;
       }
-      if (!stop_sent) {
+      // Never after our FINAL: a rank leaves once it has BYE, without draining STOPs, so a
+      // STOP posted then might never be matched (and we would wait for it forever). One
+      // posted before FINAL is matched before it (FINAL waits for every send of ours),
+      // and the receiver is still in its loop then (BYE needs every FINAL).
+      if (!stop_sent && !final_sent) {
         bool local = stop_requested_.load(std::memory_order_acquire);
         if (!local) {
           std::lock_guard lk(hook_m_);
