@@ -593,7 +593,10 @@ class job {
         }
       }
       // 4. the end: FINAL (status + snapshot) once every send of ours completed
-      if (finishing && !final_sent) {
+      // A stop requested here (a stage that threw just before finish(), ~job's fail()) goes
+      // out before FINAL: after FINAL no STOP is sent (see 1.).
+      const bool stop_pending = !stop_sent && stop_requested_.load(std::memory_order_acquire);
+      if (finishing && !final_sent && !stop_pending) {
         bool quiet = owned_.empty();
         if (quiet) {
           std::lock_guard lk(ch_m_);
