@@ -15,6 +15,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -694,6 +696,263 @@ int throw_before_start(int argc, char** argv) {
   return g_failures;
 }
 
+// ---- randomized fault scenarios (label stress) ---------------------------------
+// `test_mpi stress [seed [first [count]]]`: scenarios first .. first+count-1 of
+// `seed`, each one job over every rank (MPI initialised here, so a process
+// runs many jobs). Each scenario draws roles, item counts and sizes (0
+// included) and at most one fault: a stage throwing on a random rank, a rank
+// leaving before start(), an exception leaving a running job's scope (the
+// profiler declared before or after the job), a consumer whose wire<T>
+// layout does not match the producers'. Checked: every item arrives exactly
+// once, or the job reports an error on every rank that finished, rank 0
+// naming the faulty rank; no item twice or made up; never a hang (watchdog).
+// A failure prints the (seed, index) pair and the command that replays it.
+struct scenario {
+  std::uint64_t seed = 0;
+  int index = 0;
+  std::vector<int> producers, consumers;
+  int items = 0;  // per producer
+  enum kind { none, stage_throw, before_start, unwind, layout } fault = none;
+  int fault_rank = -1;
+  int throw_at = -1;
+  bool prof_first = false;
+  bool use_blob = true;  // else `sized` items with random sizes (0 included)
+  int slow_every = 0;
+};
+const char* kind_name(scenario::kind k) {
+  static const char* n[] = {"none", "stage_throw", "before_start", "unwind", "layout"};
+  return n[k];
+}
+
+std::uint64_t g_scenario_salt = 0;
+std::uint64_t mix(std::uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+scenario make_scenario(std::uint64_t seed, int index, int n) {
+  scenario sc;
+  sc.seed = seed;
+  sc.index = index;
+  std::uint64_t state = mix(seed ^ mix(static_cast<std::uint64_t>(index) + 1));
+  auto next = [&](std::uint64_t bound) { return (state = mix(state)) % bound; };
+  std::vector<int> ranks(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  for (std::size_t i = ranks.size(); i > 1; --i) std::swap(ranks[i - 1], ranks[next(i)]);
+  const int nc = n > 2 ? 1 + static_cast<int>(next(2)) : 1;
+  sc.consumers.assign(ranks.begin(), ranks.begin() + nc);
+  sc.producers.assign(ranks.begin() + nc, ranks.end());
+  sc.items = static_cast<int>(next(61));
+  sc.use_blob = next(2) == 0;
+  sc.prof_first = next(2) == 0;
+  sc.slow_every = next(4) == 0 ? 7 : 0;
+  const int total = sc.items * static_cast<int>(sc.producers.size());
+  switch (next(6)) {
+    case 0: case 1: break;  // no fault
+    case 2:
+      if (total == 0) break;
+      sc.fault = scenario::stage_throw;
+      sc.fault_rank = static_cast<int>(next(static_cast<std::uint64_t>(n)));
+      sc.throw_at = std::count(sc.consumers.begin(), sc.consumers.end(), sc.fault_rank)
+                        ? 1 + static_cast<int>(next(static_cast<std::uint64_t>(total)))  // a consumer: its k-th item
+                        : static_cast<int>(next(static_cast<std::uint64_t>(sc.items)));  // a producer: its k-th item
+      break;
+    case 3:
+      sc.fault = scenario::before_start;
+      sc.fault_rank = static_cast<int>(next(static_cast<std::uint64_t>(n)));
+      break;
+    case 4:
+      sc.fault = scenario::unwind;
+      sc.fault_rank = static_cast<int>(next(static_cast<std::uint64_t>(n)));
+      break;
+    case 5:
+      if (!sc.use_blob) break;
+      sc.fault = scenario::layout;
+      sc.fault_rank = sc.consumers[next(sc.consumers.size())];
+      break;
+  }
+  return sc;
+}
+
+std::string describe(const scenario& sc) {
+  auto list = [](const std::vector<int>& v) {
+    std::string out;
+    for (int r : v) out += (out.empty() ? "" : ",") + std::to_string(r);
+    return out;
+  };
+  return std::string("fault ") + kind_name(sc.fault) + " on rank " + std::to_string(sc.fault_rank) + " (throw_at " +
+         std::to_string(sc.throw_at) + "), producers " + list(sc.producers) + ", consumers " + list(sc.consumers) +
+         ", " + std::to_string(sc.items) + " items each, " + (sc.use_blob ? "blob" : "sized") +
+         (sc.prof_first ? ", profiler first" : ", profiler after the job") + (sc.slow_every ? ", slow consumer" : "");
+}
+
+struct scenario_throw {};  // the fault "an exception leaves the job's scope"
+struct outcome {
+  int status = 4;  // 0 ok, 1 job failed, 2 this rank threw out (the fault), 3 start() failed, 4 unexpected
+  std::string error;
+  std::vector<std::pair<int, int>> got;
+  int bad = 0;
+};
+
+template <class T>
+void scenario_rank(const scenario& sc, outcome& o) {
+  using S = pipes<T>;
+  using P = typename S::profiler;
+  int argc = 0;
+  char** argv = nullptr;
+  std::optional<P> early;
+  if (sc.prof_first) early.emplace();
+  dflash::mpi::job job(argc, argv);  // MPI is initialised already: the job neither inits nor finalizes it
+  std::optional<P> late;
+  if (!sc.prof_first) late.emplace();
+  P& prof = sc.prof_first ? *early : *late;
+  const int me = job.rank();
+  const bool faulty = me == sc.fault_rank;
+  if (sc.fault == scenario::before_start && faulty) throw scenario_throw{};
+  dflash::mpi::job_options opt;
+  opt.report_interval = 2ms;  // snapshots flow while ranks run
+  opt.on_report = [](const dflash::mpi::job_profile&) {};
+  try {
+    job.start(prof, opt);
+  } catch (const std::runtime_error& e) {
+    o.status = 3;
+    o.error = e.what();
+    return;
+  }
+  link_t<T> link(job, sc.producers, sc.consumers);
+  run_config cfg{sc.items, -1, 0, 0}, ccfg{-1, -1, sc.slow_every, 0};
+  if (sc.fault == scenario::stage_throw && faulty) (link.is_producer() ? cfg : ccfg).throw_at = sc.throw_at;
+  if (link.is_producer()) {
+    typename S::template producer<P> p(prof, gen_source<P, T>{&cfg, me}, dflash::mpi::mpi_link_sink<P, link_t<T>>{&link, prof});
+    (void)job.run(p);
+  } else {
+    typename S::template consumer<P> p(prof, dflash::mpi::mpi_link_source<P, link_t<T>>{&link, prof},
+                                       collect_sink<P, T>{&ccfg, &o.got, &o.bad});
+    (void)job.run(p);
+  }
+  if (sc.fault == scenario::unwind && faulty) throw scenario_throw{};
+  const auto res = job.finish();
+  o.status = res.ok ? 0 : 1;
+  o.error = res.error;
+}
+
+// Rank 0's verdict on one scenario; the empty string if it holds.
+std::string judge(const scenario& sc, const std::vector<int>& status, const std::string& error0,
+                  const std::vector<int>& items, const std::vector<int>& got_per_rank, int bad_total) {
+  const int n = static_cast<int>(status.size());
+  std::map<std::pair<int, int>, int> seen;
+  for (std::size_t i = 0; i + 1 < items.size(); i += 2) ++seen[{items[i], items[i + 1]}];
+  for (auto [k, c] : seen) {
+    if (c != 1) return "item (" + std::to_string(k.first) + ", " + std::to_string(k.second) + ") arrived " + std::to_string(c) + " times";
+    if (!std::count(sc.producers.begin(), sc.producers.end(), k.first) || k.second < 0 || k.second >= sc.items)
+      return "an item that was never sent arrived";
+  }
+  if (bad_total) return std::to_string(bad_total) + " items arrived corrupted";
+  for (int r = 0; r < n; ++r)
+    if (status[static_cast<std::size_t>(r)] == 4) return "rank " + std::to_string(r) + " failed unexpectedly";
+  const bool all_ok = std::all_of(status.begin(), status.end(), [](int x) { return x == 0; });
+  const std::string names = "rank " + std::to_string(sc.fault_rank) + ": ";
+  switch (sc.fault) {
+    case scenario::before_start:
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != (r == sc.fault_rank ? 2 : 3)) return "start() did not fail on rank " + std::to_string(r);
+      return seen.empty() ? "" : "items moved in a job that never started";
+    case scenario::unwind:
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != (r == sc.fault_rank ? 2 : 1)) return "rank " + std::to_string(r) + " did not see the job fail";
+      if (sc.fault_rank != 0 && error0.find(names) == std::string::npos) return "rank 0 does not name the rank: " + error0;
+      return "";
+    case scenario::stage_throw:
+      if (all_ok) {  // only right if the throwing stage never saw its k-th item (a consumer sharing the items)
+        if (std::count(sc.producers.begin(), sc.producers.end(), sc.fault_rank) ||
+            got_per_rank[static_cast<std::size_t>(sc.fault_rank)] >= sc.throw_at)
+          return "a stage threw and the job reported no error";
+        break;
+      }
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != 1) return "rank " + std::to_string(r) + " did not see the job fail";
+      if (error0.find(names) != 0) return "rank 0 does not name the rank first: " + error0;
+      return "";
+    case scenario::layout:
+      if (all_ok) break;  // no item reached the mismatched consumer: then all must have arrived
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != 1) return "rank " + std::to_string(r) + " did not see the job fail";
+      if (error0.find(names) != 0 || error0.find("wire<T>") == std::string::npos) return "rank 0 does not name the rank and reason: " + error0;
+      return "";
+    case scenario::none:
+      if (!all_ok) return "the job failed with no fault: " + error0;
+      break;
+  }
+  const std::size_t want = sc.producers.size() * static_cast<std::size_t>(sc.items);
+  if (seen.size() != want) return std::to_string(seen.size()) + " of " + std::to_string(want) + " items arrived and the job reported no error";
+  return "";
+}
+
+int stress(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int rank = 0, n = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  g_rank = rank;
+  unsigned long long seed = argc > 2 ? std::stoull(argv[2]) : std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  const int first = argc > 3 ? std::stoi(argv[3]) : 0;
+  const int count = argc > 4 ? std::stoi(argv[4]) : 80;
+  if (rank == 0) std::printf("stress: seed %llu, scenarios %d..%d, %d ranks\n", seed, first, first + count - 1, n);
+  int failed = 0;
+  std::map<std::string, int> kinds;
+  for (int i = first; i < first + count && !failed; ++i) {
+    const scenario sc = make_scenario(seed, i, n);
+    const std::string replay = "seed " + std::to_string(seed) + ", index " + std::to_string(i) + " (replay: mpirun -np " +
+                               std::to_string(n) + " test_mpi stress " + std::to_string(seed) + " " + std::to_string(i) + " 1)";
+    watchdog wd("stress scenario " + replay + ": " + describe(sc), 10s);
+    g_scenario_salt = mix(seed ^ static_cast<std::uint64_t>(i));
+    g_sized_bytes = [](int r, int q) -> std::size_t {
+      const std::uint64_t h = mix(g_scenario_salt ^ (static_cast<std::uint64_t>(r) << 32) ^ static_cast<std::uint64_t>(q));
+      return h % 4 == 0 ? 0 : h % 3000;
+    };
+    outcome o;
+    try {
+      const bool mismatched = sc.fault == scenario::layout && rank == sc.fault_rank;
+      if (!sc.use_blob) scenario_rank<sized>(sc, o);
+      else if (mismatched) scenario_rank<blob_swapped>(sc, o);
+      else scenario_rank<blob>(sc, o);
+    } catch (const scenario_throw&) {
+      o.status = 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s: unexpected exception: %s\n", rank, replay.c_str(), e.what());
+      o.status = 4;
+    }
+    std::vector<int> flat;
+    for (auto [p, q] : o.got) flat.insert(flat.end(), {p, q});
+    const auto items = gather_ints(flat);
+    const auto status = gather_ints({o.status});
+    const auto bad = gather_ints({o.bad});
+    const auto got_per_rank = gather_ints({static_cast<int>(o.got.size())});
+    int verdict = 0;
+    if (rank == 0) {
+      ++kinds[kind_name(sc.fault)];
+      const std::string why = judge(sc, status, o.error, items, got_per_rank, std::accumulate(bad.begin(), bad.end(), 0));
+      if (!why.empty()) {
+        std::fprintf(stderr, "stress FAILED at %s: %s: %s\n", replay.c_str(), describe(sc).c_str(), why.c_str());
+        verdict = 1;
+      }
+    }
+    MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    failed += verdict;
+  }
+  if (rank == 0) {
+    std::printf("stress: %s;", failed ? "FAILED" : "passed");
+    for (auto [k, c] : kinds) std::printf(" %s %d", k.c_str(), c);
+    std::printf("\n");
+  }
+  MPI_Finalize();
+  return failed;
+}
+
 // wire<T> decoding validates every size before it allocates (no MPI needed).
 int wire_checks() {
   g_rank = 0;
@@ -769,6 +1028,7 @@ int main(int argc, char** argv) {
   watchdog wd("test_mpi " + mode, 15s);
   try {
     if (mode == "wire") return wire_checks();
+    if (mode == "stress") return stress(argc, argv);
     if (mode == "oversize") return oversize(argc, argv);
     if (mode == "layout_mismatch") return layout_mismatch(argc, argv);
     if (mode == "unwind_prof_first") return unwind<true>(argc, argv);
@@ -788,7 +1048,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, oversize, layout_mismatch, unwind_prof_first, "
+                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, stress, oversize, layout_mismatch, unwind_prof_first, "
                        "unwind_prof_after, unwind_after_end, throw_before_start)\n", mode.c_str());
   return 2;
 }
