@@ -107,10 +107,12 @@ class channel {
 };
 
 struct job_options {
-  /// Every rank sends its snapshot to rank 0 this often (0: only the final one).
+  /// Every rank sends its snapshot to rank 0 this often (0: only the final one),
+  /// while a run() or finish() is in progress on it (its profiler is alive then).
   std::chrono::milliseconds report_interval{0};
-  /// Rank 0, on the progress thread, with the latest snapshot of every rank.
-  /// Default: print format_job_table to stdout.
+  /// Rank 0, on the progress thread, with the latest snapshot of every rank,
+  /// while a run() or finish() is in progress on rank 0; an exception it
+  /// throws fails the job. Default: print format_job_table to stdout.
   std::function<void(const job_profile&)> on_report;
 };
 
@@ -183,7 +185,9 @@ class job {
 
   /// Collective: checks that every rank's profiler has the same key set (else
   /// every rank throws std::runtime_error naming the first differing key),
-  /// then starts the progress thread. Prof must outlive finish().
+  /// then starts the progress thread. prof is read (snapshots) only while a
+  /// run() or finish() call is in progress, so it may be declared before or
+  /// after the job.
   template <class Profiler>
   void start(const Profiler& prof, job_options opt = {}) {
     std::vector<std::string> names;

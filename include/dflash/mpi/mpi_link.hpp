@@ -318,7 +318,6 @@ class link_core final : public channel {
     } catch (const std::exception& e) {
       why = e.what();
     }
-    MPI_Comm c = job_.comm();
     r.reqs.assign(r.nbufs, MPI_REQUEST_NULL);
     if (!why.empty()) {
       r.rejected = true;
@@ -336,7 +335,6 @@ class link_core final : public channel {
       for (std::size_t k = 0; k < r.nbufs; ++k)
         check(MPI_Imrecv(bufs[k].data, r.sizes[k], MPI_BYTE, &r.msgs[k], &r.reqs[k]), "MPI_Imrecv");
     }
-    (void)c;
     r.posted = true;
   }
 
