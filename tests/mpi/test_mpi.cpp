@@ -470,11 +470,11 @@ int credit_batches(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   g_rank = job.rank();
   const std::vector<int> producers{1, 2}, consumers{0};
-  const int items = 400;
+  const int items = 200;
   run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 25, 0};
   dflash::mpi::job_options opt;
   if (g_rank == 0) {
-    opt.report_interval = 2ms;
+    opt.report_interval = 5ms;
     opt.on_report = [&job](const dflash::mpi::job_profile&) {
       if (!g_link_received || job.stopped()) return;
       const auto from = g_link_received();
