@@ -667,6 +667,37 @@ int unwind(int argc, char** argv) {
   return g_failures;
 }
 
+// Something the progress thread cannot recover from (here a header on the
+// link's tag that no mpi_link sent: the consumer cannot tell how many buffer
+// messages follow): that rank names itself and the reason and aborts the job,
+// so every rank ends (ctest expects MPI_Abort's exit code and the message).
+int fatal_progress(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // rank 1 sends while the job runs
+  if (provided < MPI_THREAD_MULTIPLE) {
+    std::fprintf(stderr, "fatal_progress: needs MPI_THREAD_MULTIPLE\n");
+    MPI_Finalize();
+    return 1;
+  }
+  {
+    dflash::mpi::job job(argc, argv);
+    g_rank = job.rank();
+    run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 0, 0};
+    if (g_rank == 1) {
+      typename pipes<tick>::profiler prof;
+      job.start(prof);  // no pipeline here: only the bad message
+      const unsigned char garbage[2] = {7, 7};
+      MPI_Send(garbage, 2, MPI_BYTE, 0, dflash::mpi::detail::link_core<tick, "net", depth>::tag_base_, job.comm());
+      (void)job.finish();  // never returns: rank 0 aborts the job
+    } else {
+      (void)run_link<tick>(job, {1}, {0}, cfg, ccfg);
+    }
+  }
+  MPI_Finalize();
+  std::fprintf(stderr, "rank %d: the job was not aborted\n", g_rank);
+  return 1;
+}
+
 // A rank throws before job.start(): the others' start() fails with its rank
 // and reason instead of waiting in the collective (and the thrower does not
 // wait in MPI_Finalize).
@@ -1035,6 +1066,7 @@ int main(int argc, char** argv) {
     if (mode == "unwind_prof_after") return unwind<false>(argc, argv);
     if (mode == "unwind_after_end") return unwind<true, true>(argc, argv);
     if (mode == "throw_before_start") return throw_before_start(argc, argv);
+    if (mode == "fatal_progress") return fatal_progress(argc, argv);
     if (mode == "aggregate") return aggregate(argc, argv);
     if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
     if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
@@ -1049,6 +1081,6 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
                        "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, stress, oversize, layout_mismatch, unwind_prof_first, "
-                       "unwind_prof_after, unwind_after_end, throw_before_start)\n", mode.c_str());
+                       "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress)\n", mode.c_str());
   return 2;
 }
