@@ -747,6 +747,7 @@ struct scenario {
   int fault_rank = -1;
   int throw_at = -1;
   bool prof_first = false;
+  bool before_run = false;  // unwind: the exception comes before this rank's run(), not after
   bool use_blob = true;  // else `sized` items with random sizes (0 included)
   int slow_every = 0;
 };
@@ -797,6 +798,7 @@ scenario make_scenario(std::uint64_t seed, int index, int n) {
     case 4:
       sc.fault = scenario::unwind;
       sc.fault_rank = static_cast<int>(next(static_cast<std::uint64_t>(n)));
+      sc.before_run = next(2) == 0;
       break;
     case 5:
       if (!sc.use_blob) break;
@@ -814,7 +816,7 @@ std::string describe(const scenario& sc) {
     return out;
   };
   return std::string("fault ") + kind_name(sc.fault) + " on rank " + std::to_string(sc.fault_rank) + " (throw_at " +
-         std::to_string(sc.throw_at) + "), producers " + list(sc.producers) + ", consumers " + list(sc.consumers) +
+         std::to_string(sc.throw_at) + (sc.before_run ? ", before run" : "") + "), producers " + list(sc.producers) + ", consumers " + list(sc.consumers) +
          ", " + std::to_string(sc.items) + " items each, " + (sc.use_blob ? "blob" : "sized") +
          (sc.prof_first ? ", profiler first" : ", profiler after the job") + (sc.slow_every ? ", slow consumer" : "");
 }
@@ -855,6 +857,7 @@ void scenario_rank(const scenario& sc, outcome& o) {
   link_t<T> link(job, sc.producers, sc.consumers);
   run_config cfg{sc.items, -1, 0, 0}, ccfg{-1, -1, sc.slow_every, 0};
   if (sc.fault == scenario::stage_throw && faulty) (link.is_producer() ? cfg : ccfg).throw_at = sc.throw_at;
+  if (sc.fault == scenario::unwind && sc.before_run && faulty) throw scenario_throw{};
   if (link.is_producer()) {
     typename S::template producer<P> p(prof, gen_source<P, T>{&cfg, me}, dflash::mpi::mpi_link_sink<P, link_t<T>>{&link, prof});
     (void)job.run(p);

@@ -294,7 +294,8 @@ class job {
           !stop_requested_.load(std::memory_order_acquire)) {
         try {
           fail(std::string("dflash::mpi::mpi_link \"") + std::string(link_name) +
-               "\" destroyed while its pipeline was running and before finish() (an exception left its scope?)");
+               "\" destroyed before this rank's pipeline ended and before finish() (an exception left its "
+               "scope?)");
         } catch (...) {
           stop_all();
         }
