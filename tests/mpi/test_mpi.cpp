@@ -13,12 +13,18 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <numeric>
+#include <random>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "watchdog.hpp"
 
 using namespace std::chrono_literals;
 
@@ -80,14 +86,81 @@ struct dflash::mpi::wire<blob> {
 
 namespace {
 
+// Same header length as blob (32 bytes), fields in another order: a consumer
+// expecting it reads blob's rank and seq as a vector size.
+struct blob_swapped {
+  std::vector<float> f;
+  std::int32_t rank = -1;
+  std::int32_t seq = -1;
+  std::vector<std::uint8_t> u;
+  double scale = 0;
+};
+
+// An element whose default constructor writes nothing: a vector of 2 GiB of
+// them is address space, not memory (pages are touched only if written).
+struct lazy_byte {
+  unsigned char b;
+  lazy_byte() noexcept {}  // NOLINT: deliberately leaves b uninitialised
+};
+static_assert(std::is_trivially_copyable_v<lazy_byte>);
+struct sized {
+  std::int32_t rank = -1;
+  std::int32_t seq = -1;
+  std::vector<lazy_byte> v;
+};
+std::function<std::uint64_t()> g_link_received;  // the current run_link's consumer count
+std::size_t (*g_sized_bytes)(int rank, int seq) = [](int, int) -> std::size_t { return 0; };
+
+}  // namespace
+
+template <>
+struct dflash::mpi::wire<blob_swapped> {
+  static void for_each_field(blob_swapped& x, auto&& f) {
+    f(x.f);
+    f(x.rank);
+    f(x.seq);
+    f(x.u);
+    f(x.scale);
+  }
+};
+template <>
+struct dflash::mpi::wire<sized> {
+  static void for_each_field(sized& x, auto&& f) {
+    f(x.rank);
+    f(x.seq);
+    f(x.v);
+  }
+};
+
+namespace {
+
+int ident(const blob_swapped& b) { return b.rank; }
+int seq_of(const blob_swapped& b) { return b.seq; }
+bool item_ok(const blob_swapped&) { return true; }
+int ident(const sized& b) { return b.rank; }
+int seq_of(const sized& b) { return b.seq; }
+bool item_ok(const sized& b) { return b.v.size() == g_sized_bytes(b.rank, b.seq); }
+
 int ident(const tick& t) { return t.rank; }
 int ident(const blob& b) { return b.rank; }
 int seq_of(const tick& t) { return t.seq; }
 int seq_of(const blob& b) { return b.seq; }
 template <class T>
 T make(int r, int s) {
-  if constexpr (std::is_same_v<T, tick>) return tick{r, s, tick_check(r, s)};
-  else return make_blob(r, s);
+  if constexpr (std::is_same_v<T, tick>) {
+    return tick{r, s, tick_check(r, s)};
+  } else if constexpr (std::is_same_v<T, blob_swapped>) {
+    blob_swapped x;
+    x.rank = r;
+    x.seq = s;
+    return x;
+  } else if constexpr (std::is_same_v<T, sized>) {
+    sized x{r, s, {}};
+    x.v.resize(g_sized_bytes(r, s));
+    return x;
+  } else {
+    return make_blob(r, s);
+  }
 }
 bool item_ok(const tick& t) { return t.check == tick_check(t.rank, t.seq); }
 bool item_ok(const blob& b) { return blob_ok(b); }
@@ -180,11 +253,12 @@ struct link_run {
 
 template <class T>
 link_run<T> run_link(dflash::mpi::job& job, const std::vector<int>& producers, const std::vector<int>& consumers,
-                     run_config& cfg, run_config& consumer_cfg) {
+                     run_config& cfg, run_config& consumer_cfg, dflash::mpi::job_options opt = {}) {
   using S = pipes<T>;
   typename S::profiler prof;
-  job.start(prof);
+  job.start(prof, std::move(opt));
   link_t<T> link(job, producers, consumers);
+  g_link_received = [&link] { return link.stats().received; };
   link_run<T> out;
   if (link.is_producer()) {
     typename S::template producer<typename S::profiler> p(prof, gen_source<typename S::profiler, T>{&cfg, job.rank()},
@@ -199,7 +273,44 @@ link_run<T> run_link(dflash::mpi::job& job, const std::vector<int>& producers, c
   out.end_ns = std::chrono::steady_clock::now().time_since_epoch().count();
   out.result = job.finish();
   out.stats = link.stats();
+  g_link_received = nullptr;
   return out;
+}
+
+// Credits: for every producer p and consumer c, the credits p got back from c
+// equal the items of p that c's source stage took (and c returned as many),
+// and each producer handed `items` to MPI. After a clean finish() every credit
+// has arrived (a consumer's FINAL waits for its credit sends to be matched).
+template <class T>
+void check_credits(const link_run<T>& r, const std::vector<int>& producers, const std::vector<int>& consumers,
+                   int items) {
+  const auto& st = r.stats;
+  const std::size_t n = st.taken_from.size();
+  std::vector<int> flat;
+  for (auto* v : {&st.credits_from, &st.taken_from, &st.credits_to})
+    for (auto x : *v) flat.push_back(static_cast<int>(x));
+  flat.push_back(static_cast<int>(st.sent));
+  const auto all = gather_ints(flat);
+  if (g_rank != 0) return;
+  const std::size_t per = 3 * n + 1;
+  CHECK(all.size() == per * n);
+  if (all.size() != per * n) return;
+  auto credits_from = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + static_cast<std::size_t>(peer)]; };
+  auto taken_from = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + n + static_cast<std::size_t>(peer)]; };
+  auto credits_to = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + 2 * n + static_cast<std::size_t>(peer)]; };
+  for (int p : producers) {
+    CHECK(all[static_cast<std::size_t>(p) * per + 3 * n] == items);
+    int taken = 0;
+    for (int c : consumers) {
+      if (credits_from(p, c) != taken_from(c, p) || credits_to(c, p) != taken_from(c, p))
+        std::fprintf(stderr, "producer %d, consumer %d: took %d items, returned %d credits, %d arrived\n", p, c,
+                     taken_from(c, p), credits_to(c, p), credits_from(p, c));
+      CHECK(credits_from(p, c) == taken_from(c, p));
+      CHECK(credits_to(c, p) == taken_from(c, p));
+      taken += taken_from(c, p);
+    }
+    CHECK(taken == items);
+  }
 }
 
 // Every (p, s) for p in producers, s < items: exactly once over all consumers.
@@ -223,6 +334,25 @@ void check_exactly_once(link_run<T>& r, const std::vector<int>& producers, int i
 }
 
 // ---- modes --------------------------------------------------------------------
+struct wait_source {  // ends once *done says so
+  static constexpr dflash::fixed_string name{"wait"};
+  using input_type = void;
+  using output_type = int;
+  std::function<bool()>* done;
+  std::optional<int> operator()() {
+    while (!(*done)()) std::this_thread::sleep_for(1ms);
+    return std::nullopt;
+  }
+};
+struct drop_sink {
+  static constexpr dflash::fixed_string name{"drop"};
+  using input_type = int;
+  using output_type = void;
+  void operator()(int&&) {}
+};
+template <class P>
+using wait_pipe = dflash::Pipeline<P, wait_source, dflash::queue_spec<"wait_q", 1>, drop_sink>;
+
 int aggregate(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   g_rank = job.rank();
@@ -234,7 +364,7 @@ int aggregate(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("not in the job") != std::string::npos);
   }
-  using profiler = dflash::AccumulatingProfiler<dflash::key_set<"a", "b">>;
+  using profiler = dflash::AccumulatingProfiler<dflash::key_set_cat_t<dflash::key_set<"a", "b">, dflash::pipeline_keys_t<wait_pipe>>>;
   profiler prof;
   // rank r: r + 1 records of "a" lasting (r + 1) ms each; rank r records "b" only if r is odd.
   const int r = job.rank();
@@ -256,9 +386,11 @@ int aggregate(int argc, char** argv) {
     }
   };
   job.start(prof, opt);
-  // No timing bound: the loops end as soon as the reports flowed; a hang hits the ctest timeout.
-  if (r == 0) while (!heard_all.load()) std::this_thread::sleep_for(1ms);
-  else while (job.periodic_reports() < 1) std::this_thread::sleep_for(1ms);
+  // Reports flow while a run() (or finish()) is in progress: a pipeline whose
+  // source ends once they did. No timing bound: a hang fails the watchdog.
+  std::function<bool()> done = [&] { return r == 0 ? heard_all.load() : job.periodic_reports() >= 1; };
+  wait_pipe<profiler> p(prof, wait_source{&done}, drop_sink{});
+  CHECK(job.run(p));
   auto res = job.finish();
   CHECK(res.ok);
   if (r == 0) {
@@ -318,11 +450,48 @@ int exactly_once(int argc, char** argv, bool multi) {
   CHECK(r.stats.max_buffered_per_producer <= depth);
   if (!multi && g_rank == 0) CHECK(r.stats.max_buffered_per_producer >= 1);
   check_exactly_once(r, producers, items);
+  check_credits(r, producers, consumers, items);
   if (g_rank == 0) {
     const auto m = r.result.profile->merged();
     const auto* sent = m.find("net.send.work");
     CHECK(sent && sent->count == producers.size() * static_cast<std::size_t>(items));
     std::fputs(dflash::mpi::format_job_table(*r.result.profile).c_str(), stdout);
+  }
+  return g_failures;
+}
+
+// Credits in batches: fast producers, a consumer that is slow in bursts, and
+// a progress thread on the consumer rank that stalls now and then (on_report
+// runs there) until the source stage took two items, so their credits go back
+// as one message. Every credit must still be counted: per producer, credits
+// returned == items consumed (a consumer returning one credit per message
+// starves the producers of credits and fails here or hangs the watchdog).
+int credit_batches(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  const std::vector<int> producers{1, 2}, consumers{0};
+  const int items = 200;
+  run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 25, 0};
+  dflash::mpi::job_options opt;
+  if (g_rank == 0) {
+    opt.report_interval = 5ms;
+    opt.on_report = [&job](const dflash::mpi::job_profile&) {
+      if (!g_link_received || job.stopped()) return;
+      const auto from = g_link_received();
+      // Bounded: near the end fewer than two items may be left to take.
+      const auto until = std::chrono::steady_clock::now() + 3ms;
+      while (g_link_received() < from + 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    };
+  }
+  auto r = run_link<tick>(job, producers, consumers, cfg, ccfg, std::move(opt));
+  CHECK(r.ran_ok);
+  CHECK(r.result.ok);
+  CHECK(r.bad == 0);
+  check_exactly_once(r, producers, items);
+  check_credits(r, producers, consumers, items);
+  if (g_rank == 0) {
+    std::printf("largest credit batch: %llu\n", static_cast<unsigned long long>(r.stats.max_credit_batch));
+    CHECK(r.stats.max_credit_batch >= 2);  // the test exercised batches
   }
   return g_failures;
 }
@@ -347,6 +516,7 @@ int drain(int argc, char** argv) {
     CHECK(seen.size() == 400u);
     CHECK(!seen.empty() && seen.begin()->first == 2 && seen.rbegin()->second == 399);
   }
+  check_credits(r, {2}, {0}, 400);
   return g_failures;
 }
 
@@ -382,6 +552,485 @@ int throwing(int argc, char** argv, bool producer_throws) {
   return g_failures;
 }
 
+// An item buffer over MPI's 2 GiB count limit: the producer's sink stage
+// fails with the reason (not the progress thread, where it was swallowed and
+// the job hung); every rank ends, rank 0 names the rank.
+int oversize(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  g_sized_bytes = [](int, int seq) -> std::size_t { return seq == 3 ? (std::size_t{1} << 31) + 8 : 16; };
+  run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 0, 0};  // endless: only the error ends the job
+  auto r = run_link<sized>(job, {1}, {0}, cfg, ccfg);
+  CHECK(r.ran_ok == (g_rank != 1));
+  CHECK(!r.result.ok);
+  CHECK(r.bad == 0);
+  if (g_rank == 0) {
+    std::printf("rank 0 reports: %s\n", r.result.error.c_str());
+    CHECK(r.result.error.find("rank 1: ") == 0);
+    CHECK(r.result.error.find("2 GiB") != std::string::npos);
+    CHECK(r.got.size() <= 3u);  // at most the items before the big one (the stop may drop some)
+    for (auto [p, q] : r.got) CHECK(p == 1 && q < 3);
+  }
+  return g_failures;
+}
+
+// Producers send blob, the consumer expects blob_swapped (same header length,
+// its first field a vector): the consumer rejects the items before it
+// allocates anything, and the job ends with its reason.
+int layout_mismatch(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  run_config cfg{50, -1, 0, 0}, ccfg{-1, -1, 0, 0};
+  bool ran = false;
+  dflash::mpi::job_result res;
+  if (g_rank == 0) {
+    auto r = run_link<blob_swapped>(job, {1, 2}, {0}, cfg, ccfg);
+    ran = r.ran_ok;
+    res = r.result;
+  } else {
+    auto r = run_link<blob>(job, {1, 2}, {0}, cfg, ccfg);
+    ran = r.ran_ok;
+    res = r.result;
+  }
+  CHECK(ran);  // no stage threw: the progress thread found the error
+  CHECK(!res.ok);
+  if (g_rank == 0) {
+    std::printf("rank 0 reports: %s\n", res.error.c_str());
+    CHECK(res.error.find("rank 0: ") == 0);
+    CHECK(res.error.find("wire<T>") != std::string::npos);
+  }
+  return g_failures;
+}
+
+// An exception leaves the scope of a running job on rank 1 (the consumer,
+// after its pipeline ended early): ~job must finish with an error so the other
+// ranks end, with the profiler declared before the job or after it. AfterEnd:
+// every pipeline ends normally and rank 1 throws only once the others are
+// likely inside finish() with their FINAL sent, so its STOP comes late.
+struct stop_early {  // the consumer's pipeline ends early (no error), then its rank throws
+  static constexpr dflash::fixed_string name{"collect"};
+  using input_type = tick;
+  using output_type = void;
+  int stop_at = 50;
+  int n = 0;
+  void operator()(tick&&) {
+    if (++n == stop_at) throw dflash::pipeline_stop{};
+  }
+};
+template <bool ProfFirst, bool AfterEnd = false>
+void unwind_scope(int argc, char** argv, int& rank) {
+  using S = pipes<tick>;
+  using P = typename S::profiler;
+  std::optional<P> early;
+  if constexpr (ProfFirst) early.emplace();
+  dflash::mpi::job job(argc, argv);
+  std::optional<P> late;
+  if constexpr (!ProfFirst) late.emplace();
+  P& prof = ProfFirst ? *early : *late;
+  rank = g_rank = job.rank();
+  dflash::mpi::job_options opt;
+  opt.report_interval = 1ms;  // periodic snapshots of prof keep coming
+  opt.on_report = [](const dflash::mpi::job_profile&) {};
+  job.start(prof, opt);
+  std::vector<int> producers;
+  for (int r = 0; r < job.size(); ++r)
+    if (r != 1) producers.push_back(r);
+  link_t<tick> link(job, producers, {1});
+  run_config cfg{AfterEnd ? 100 : -1, -1, 0, 0};
+  if (link.is_producer()) {
+    S::producer<P> p(prof, gen_source<P, tick>{&cfg, job.rank()}, dflash::mpi::mpi_link_sink<P, link_t<tick>>{&link, prof});
+    CHECK(job.run(p));
+  } else {
+    dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<tick>>, dflash::queue_spec<"in_q", 4>, stop_early> p(
+        prof, dflash::mpi::mpi_link_source<P, link_t<tick>>{&link, prof}, stop_early{AfterEnd ? -1 : 50});
+    CHECK(job.run(p));
+    if (AfterEnd) std::this_thread::sleep_for(100ms);  // the others reach finish(); no bound is asserted
+    throw std::runtime_error("rank 1 fails after its pipeline");
+  }
+  const auto res = job.finish();
+  CHECK(!res.ok);
+  if (rank == 0) {
+    std::printf("rank 0 reports: %s\n", res.error.c_str());
+    CHECK(res.error.find("rank 1: ") == 0);
+    CHECK(res.error.find("finish()") != std::string::npos);
+  }
+}
+template <bool ProfFirst, bool AfterEnd = false>
+int unwind(int argc, char** argv) {
+  int rank = -1;
+  try {
+    unwind_scope<ProfFirst, AfterEnd>(argc, argv, rank);
+    CHECK(rank != 1);
+  } catch (const std::runtime_error& e) {
+    CHECK(rank == 1 && std::string(e.what()) == "rank 1 fails after its pipeline");
+  }
+  return g_failures;
+}
+
+// Something the progress thread cannot recover from (here a header on the
+// link's tag that no mpi_link sent: the consumer cannot tell how many buffer
+// messages follow): that rank names itself and the reason and aborts the job,
+// so every rank ends (ctest expects MPI_Abort's exit code and the message).
+int fatal_progress(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // rank 1 sends while the job runs
+  if (provided < MPI_THREAD_MULTIPLE) {
+    std::fprintf(stderr, "fatal_progress: needs MPI_THREAD_MULTIPLE\n");
+    MPI_Finalize();
+    return 1;
+  }
+  {
+    dflash::mpi::job job(argc, argv);
+    g_rank = job.rank();
+    run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 0, 0};
+    if (g_rank == 1) {
+      typename pipes<tick>::profiler prof;
+      job.start(prof);  // no pipeline here: only the bad message
+      const unsigned char garbage[2] = {7, 7};
+      MPI_Send(garbage, 2, MPI_BYTE, 0, dflash::mpi::detail::link_core<tick, "net", depth>::tag_base_, job.comm());
+      (void)job.finish();  // never returns: rank 0 aborts the job
+    } else {
+      (void)run_link<tick>(job, {1}, {0}, cfg, ccfg);
+    }
+  }
+  MPI_Finalize();
+  std::fprintf(stderr, "rank %d: the job was not aborted\n", g_rank);
+  return 1;
+}
+
+// A rank throws before job.start(): the others' start() fails with its rank
+// and reason instead of waiting in the collective (and the thrower does not
+// wait in MPI_Finalize).
+int throw_before_start(int argc, char** argv) {
+  int rank = -1;
+  std::string caught;
+  try {
+    dflash::mpi::job job(argc, argv);
+    rank = g_rank = job.rank();
+    if (rank == 1) {
+      job.fail("no GPU on this rank");  // optional: the reason the others report
+      throw std::runtime_error("setup failed on rank 1");
+    }
+    dflash::AccumulatingProfiler<dflash::key_set<"a">> prof;
+    job.start(prof);
+    CHECK(false);  // start() must fail on the other ranks
+  } catch (const std::runtime_error& e) {
+    caught = e.what();
+  }
+  std::printf("rank %d: %s\n", rank, caught.c_str());
+  if (rank == 1) {
+    CHECK(caught == "setup failed on rank 1");
+  } else {
+    CHECK(caught.find("rank 1") != std::string::npos);
+    CHECK(caught.find("no GPU on this rank") != std::string::npos);
+  }
+  return g_failures;
+}
+
+// ---- randomized fault scenarios (label stress) ---------------------------------
+// `test_mpi stress [seed [first [count]]]`: scenarios first .. first+count-1 of
+// `seed`, each one job over every rank (MPI initialised here, so a process
+// runs many jobs). Each scenario draws roles, item counts and sizes (0
+// included) and at most one fault: a stage throwing on a random rank, a rank
+// leaving before start(), an exception leaving a running job's scope (the
+// profiler declared before or after the job), a consumer whose wire<T>
+// layout does not match the producers'. Checked: every item arrives exactly
+// once, or the job reports an error on every rank that finished, rank 0
+// naming the faulty rank; no item twice or made up; never a hang (watchdog).
+// A failure prints the (seed, index) pair and the command that replays it.
+struct scenario {
+  std::uint64_t seed = 0;
+  int index = 0;
+  std::vector<int> producers, consumers;
+  int items = 0;  // per producer
+  enum kind { none, stage_throw, before_start, unwind, layout } fault = none;
+  int fault_rank = -1;
+  int throw_at = -1;
+  bool prof_first = false;
+  bool before_run = false;  // unwind: the exception comes before this rank's run(), not after
+  bool use_blob = true;  // else `sized` items with random sizes (0 included)
+  int slow_every = 0;
+};
+const char* kind_name(scenario::kind k) {
+  static const char* n[] = {"none", "stage_throw", "before_start", "unwind", "layout"};
+  return n[k];
+}
+
+std::uint64_t g_scenario_salt = 0;
+std::uint64_t mix(std::uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+scenario make_scenario(std::uint64_t seed, int index, int n) {
+  scenario sc;
+  sc.seed = seed;
+  sc.index = index;
+  std::uint64_t state = mix(seed ^ mix(static_cast<std::uint64_t>(index) + 1));
+  auto next = [&](std::uint64_t bound) { return (state = mix(state)) % bound; };
+  std::vector<int> ranks(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  for (std::size_t i = ranks.size(); i > 1; --i) std::swap(ranks[i - 1], ranks[next(i)]);
+  const int nc = n > 2 ? 1 + static_cast<int>(next(2)) : 1;
+  sc.consumers.assign(ranks.begin(), ranks.begin() + nc);
+  sc.producers.assign(ranks.begin() + nc, ranks.end());
+  sc.items = static_cast<int>(next(61));
+  sc.use_blob = next(2) == 0;
+  sc.prof_first = next(2) == 0;
+  sc.slow_every = next(4) == 0 ? 7 : 0;
+  const int total = sc.items * static_cast<int>(sc.producers.size());
+  switch (next(6)) {
+    case 0: case 1: break;  // no fault
+    case 2:
+      if (total == 0) break;
+      sc.fault = scenario::stage_throw;
+      sc.fault_rank = static_cast<int>(next(static_cast<std::uint64_t>(n)));
+      sc.throw_at = std::count(sc.consumers.begin(), sc.consumers.end(), sc.fault_rank)
+                        ? 1 + static_cast<int>(next(static_cast<std::uint64_t>(total)))  // a consumer: its k-th item
+                        : static_cast<int>(next(static_cast<std::uint64_t>(sc.items)));  // a producer: its k-th item
+      break;
+    case 3:
+      sc.fault = scenario::before_start;
+      sc.fault_rank = static_cast<int>(next(static_cast<std::uint64_t>(n)));
+      break;
+    case 4:
+      sc.fault = scenario::unwind;
+      sc.fault_rank = static_cast<int>(next(static_cast<std::uint64_t>(n)));
+      sc.before_run = next(2) == 0;
+      break;
+    case 5:
+      if (!sc.use_blob) break;
+      sc.fault = scenario::layout;
+      sc.fault_rank = sc.consumers[next(sc.consumers.size())];
+      break;
+  }
+  return sc;
+}
+
+std::string describe(const scenario& sc) {
+  auto list = [](const std::vector<int>& v) {
+    std::string out;
+    for (int r : v) out += (out.empty() ? "" : ",") + std::to_string(r);
+    return out;
+  };
+  return std::string("fault ") + kind_name(sc.fault) + " on rank " + std::to_string(sc.fault_rank) + " (throw_at " +
+         std::to_string(sc.throw_at) + (sc.before_run ? ", before run" : "") + "), producers " + list(sc.producers) + ", consumers " + list(sc.consumers) +
+         ", " + std::to_string(sc.items) + " items each, " + (sc.use_blob ? "blob" : "sized") +
+         (sc.prof_first ? ", profiler first" : ", profiler after the job") + (sc.slow_every ? ", slow consumer" : "");
+}
+
+struct scenario_throw {};  // the fault "an exception leaves the job's scope"
+struct outcome {
+  int status = 4;  // 0 ok, 1 job failed, 2 this rank threw out (the fault), 3 start() failed, 4 unexpected
+  std::string error;
+  std::vector<std::pair<int, int>> got;
+  int bad = 0;
+};
+
+template <class T>
+void scenario_rank(const scenario& sc, outcome& o) {
+  using S = pipes<T>;
+  using P = typename S::profiler;
+  int argc = 0;
+  char** argv = nullptr;
+  std::optional<P> early;
+  if (sc.prof_first) early.emplace();
+  dflash::mpi::job job(argc, argv);  // MPI is initialised already: the job neither inits nor finalizes it
+  std::optional<P> late;
+  if (!sc.prof_first) late.emplace();
+  P& prof = sc.prof_first ? *early : *late;
+  const int me = job.rank();
+  const bool faulty = me == sc.fault_rank;
+  if (sc.fault == scenario::before_start && faulty) throw scenario_throw{};
+  dflash::mpi::job_options opt;
+  opt.report_interval = 2ms;  // snapshots flow while ranks run
+  opt.on_report = [](const dflash::mpi::job_profile&) {};
+  try {
+    job.start(prof, opt);
+  } catch (const std::runtime_error& e) {
+    o.status = 3;
+    o.error = e.what();
+    return;
+  }
+  link_t<T> link(job, sc.producers, sc.consumers);
+  run_config cfg{sc.items, -1, 0, 0}, ccfg{-1, -1, sc.slow_every, 0};
+  if (sc.fault == scenario::stage_throw && faulty) (link.is_producer() ? cfg : ccfg).throw_at = sc.throw_at;
+  if (sc.fault == scenario::unwind && sc.before_run && faulty) throw scenario_throw{};
+  if (link.is_producer()) {
+    typename S::template producer<P> p(prof, gen_source<P, T>{&cfg, me}, dflash::mpi::mpi_link_sink<P, link_t<T>>{&link, prof});
+    (void)job.run(p);
+  } else {
+    typename S::template consumer<P> p(prof, dflash::mpi::mpi_link_source<P, link_t<T>>{&link, prof},
+                                       collect_sink<P, T>{&ccfg, &o.got, &o.bad});
+    (void)job.run(p);
+  }
+  if (sc.fault == scenario::unwind && faulty) throw scenario_throw{};
+  const auto res = job.finish();
+  o.status = res.ok ? 0 : 1;
+  o.error = res.error;
+}
+
+// Rank 0's verdict on one scenario; the empty string if it holds.
+std::string judge(const scenario& sc, const std::vector<int>& status, const std::string& error0,
+                  const std::vector<int>& items, const std::vector<int>& got_per_rank, int bad_total) {
+  const int n = static_cast<int>(status.size());
+  std::map<std::pair<int, int>, int> seen;
+  for (std::size_t i = 0; i + 1 < items.size(); i += 2) ++seen[{items[i], items[i + 1]}];
+  for (auto [k, c] : seen) {
+    if (c != 1) return "item (" + std::to_string(k.first) + ", " + std::to_string(k.second) + ") arrived " + std::to_string(c) + " times";
+    if (!std::count(sc.producers.begin(), sc.producers.end(), k.first) || k.second < 0 || k.second >= sc.items)
+      return "an item that was never sent arrived";
+  }
+  if (bad_total) return std::to_string(bad_total) + " items arrived corrupted";
+  for (int r = 0; r < n; ++r)
+    if (status[static_cast<std::size_t>(r)] == 4) return "rank " + std::to_string(r) + " failed unexpectedly";
+  const bool all_ok = std::all_of(status.begin(), status.end(), [](int x) { return x == 0; });
+  const std::string names = "rank " + std::to_string(sc.fault_rank) + ": ";
+  switch (sc.fault) {
+    case scenario::before_start:
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != (r == sc.fault_rank ? 2 : 3)) return "start() did not fail on rank " + std::to_string(r);
+      return seen.empty() ? "" : "items moved in a job that never started";
+    case scenario::unwind:
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != (r == sc.fault_rank ? 2 : 1)) return "rank " + std::to_string(r) + " did not see the job fail";
+      if (sc.fault_rank != 0 && error0.find(names) == std::string::npos) return "rank 0 does not name the rank: " + error0;
+      return "";
+    case scenario::stage_throw:
+      if (all_ok) {  // only right if the throwing stage never saw its k-th item (a consumer sharing the items)
+        if (std::count(sc.producers.begin(), sc.producers.end(), sc.fault_rank) ||
+            got_per_rank[static_cast<std::size_t>(sc.fault_rank)] >= sc.throw_at)
+          return "a stage threw and the job reported no error";
+        break;
+      }
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != 1) return "rank " + std::to_string(r) + " did not see the job fail";
+      if (error0.find(names) != 0) return "rank 0 does not name the rank first: " + error0;
+      return "";
+    case scenario::layout:
+      if (all_ok) break;  // no item reached the mismatched consumer: then all must have arrived
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != 1) return "rank " + std::to_string(r) + " did not see the job fail";
+      if (error0.find(names) != 0 || error0.find("wire<T>") == std::string::npos) return "rank 0 does not name the rank and reason: " + error0;
+      return "";
+    case scenario::none:
+      if (!all_ok) return "the job failed with no fault: " + error0;
+      break;
+  }
+  const std::size_t want = sc.producers.size() * static_cast<std::size_t>(sc.items);
+  if (seen.size() != want) return std::to_string(seen.size()) + " of " + std::to_string(want) + " items arrived and the job reported no error";
+  return "";
+}
+
+int stress(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int rank = 0, n = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  g_rank = rank;
+  unsigned long long seed = argc > 2 ? std::stoull(argv[2]) : std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  const int first = argc > 3 ? std::stoi(argv[3]) : 0;
+  const int count = argc > 4 ? std::stoi(argv[4]) : 80;
+  if (rank == 0) std::printf("stress: seed %llu, scenarios %d..%d, %d ranks\n", seed, first, first + count - 1, n);
+  int failed = 0;
+  std::map<std::string, int> kinds;
+  for (int i = first; i < first + count && !failed; ++i) {
+    const scenario sc = make_scenario(seed, i, n);
+    const std::string replay = "seed " + std::to_string(seed) + ", index " + std::to_string(i) + " (replay: mpirun -np " +
+                               std::to_string(n) + " test_mpi stress " + std::to_string(seed) + " " + std::to_string(i) + " 1)";
+    watchdog wd("stress scenario " + replay + ": " + describe(sc), 10s);
+    g_scenario_salt = mix(seed ^ static_cast<std::uint64_t>(i));
+    g_sized_bytes = [](int r, int q) -> std::size_t {
+      const std::uint64_t h = mix(g_scenario_salt ^ (static_cast<std::uint64_t>(r) << 32) ^ static_cast<std::uint64_t>(q));
+      return h % 4 == 0 ? 0 : h % 3000;
+    };
+    outcome o;
+    try {
+      const bool mismatched = sc.fault == scenario::layout && rank == sc.fault_rank;
+      if (!sc.use_blob) scenario_rank<sized>(sc, o);
+      else if (mismatched) scenario_rank<blob_swapped>(sc, o);
+      else scenario_rank<blob>(sc, o);
+    } catch (const scenario_throw&) {
+      o.status = 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s: unexpected exception: %s\n", rank, replay.c_str(), e.what());
+      o.status = 4;
+    }
+    std::vector<int> flat;
+    for (auto [p, q] : o.got) flat.insert(flat.end(), {p, q});
+    const auto items = gather_ints(flat);
+    const auto status = gather_ints({o.status});
+    const auto bad = gather_ints({o.bad});
+    const auto got_per_rank = gather_ints({static_cast<int>(o.got.size())});
+    int verdict = 0;
+    if (rank == 0) {
+      ++kinds[kind_name(sc.fault)];
+      const std::string why = judge(sc, status, o.error, items, got_per_rank, std::accumulate(bad.begin(), bad.end(), 0));
+      if (!why.empty()) {
+        std::fprintf(stderr, "stress FAILED at %s: %s: %s\n", replay.c_str(), describe(sc).c_str(), why.c_str());
+        verdict = 1;
+      }
+    }
+    MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    failed += verdict;
+  }
+  if (rank == 0) {
+    std::printf("stress: %s;", failed ? "FAILED" : "passed");
+    for (auto [k, c] : kinds) std::printf(" %s %d", k.c_str(), c);
+    std::printf("\n");
+  }
+  MPI_Finalize();
+  return failed;
+}
+
+// wire<T> decoding validates every size before it allocates (no MPI needed).
+int wire_checks() {
+  g_rank = 0;
+  std::vector<dflash::mpi::wire_buffer> bufs;
+  // blob's header: rank, seq (4 + 4), f's and u's sizes (8 + 8), scale (8) = 32 bytes.
+  auto header = [](std::size_t bytes, std::uint64_t f_count) {
+    std::vector<std::byte> h(bytes);
+    std::memcpy(h.data() + 8, &f_count, 8);
+    return h;
+  };
+  auto rejects = [&](const std::vector<std::byte>& h, const char* what) {
+    blob b;
+    bool threw = false;
+    try {
+      dflash::mpi::wire_decode(b, h.data(), h.size(), bufs);
+    } catch (const std::runtime_error& e) {
+      threw = std::string(e.what()).find(what) != std::string::npos;
+      if (!threw) std::fprintf(stderr, "unexpected message: %s\n", e.what());
+    }
+    CHECK(threw);
+    CHECK(b.f.capacity() == 0);  // nothing allocated before the header was found bad
+    CHECK(b.u.capacity() == 0);
+  };
+  blob probe;
+  CHECK(dflash::mpi::wire_header_bytes(probe) == 32u);
+  rejects(header(21, std::uint64_t{1} << 26), "layout needs 32");  // short header claiming 2^26 floats
+  rejects(header(40, 3), "layout needs 32");                       // long header
+  rejects(header(32, std::uint64_t{5} << 30), "over the limit");   // 20 GiB of floats
+  rejects(header(32, std::uint64_t{1} << 62), "overflows");        // bytes overflow size_t
+  // A valid header round-trips, buffers sized from it.
+  blob src = make_blob(3, 7), dst;
+  std::vector<std::byte> h;
+  dflash::mpi::wire_encode(src, h, bufs);
+  std::vector<dflash::mpi::wire_buffer> in;
+  dflash::mpi::wire_decode(dst, h.data(), h.size(), in);
+  CHECK(in.size() == bufs.size());
+  for (std::size_t i = 0; i < in.size() && i < bufs.size(); ++i) {
+    CHECK(in[i].bytes == bufs[i].bytes);
+    std::memcpy(in[i].data, bufs[i].data, bufs[i].bytes);
+  }
+  CHECK(dst.rank == 3 && dst.seq == 7 && blob_ok(dst));
+  return g_failures;
+}
+
 int key_mismatch(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   g_rank = job.rank();
@@ -409,11 +1058,23 @@ int key_mismatch(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  // Every mode ends in a second or two; a hang fails here, with a message, long before ctest's timeout.
+  watchdog wd("test_mpi " + mode, 15s);
   try {
+    if (mode == "wire") return wire_checks();
+    if (mode == "stress") return stress(argc, argv);
+    if (mode == "oversize") return oversize(argc, argv);
+    if (mode == "layout_mismatch") return layout_mismatch(argc, argv);
+    if (mode == "unwind_prof_first") return unwind<true>(argc, argv);
+    if (mode == "unwind_prof_after") return unwind<false>(argc, argv);
+    if (mode == "unwind_after_end") return unwind<true, true>(argc, argv);
+    if (mode == "throw_before_start") return throw_before_start(argc, argv);
+    if (mode == "fatal_progress") return fatal_progress(argc, argv);
     if (mode == "aggregate") return aggregate(argc, argv);
     if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
     if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
     if (mode == "drain") return drain(argc, argv);
+    if (mode == "credit_batches") return credit_batches(argc, argv);
     if (mode == "throw_producer") return throwing(argc, argv, true);
     if (mode == "throw_consumer") return throwing(argc, argv, false);
     if (mode == "key_mismatch") return key_mismatch(argc, argv);
@@ -422,6 +1083,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch)\n", mode.c_str());
+                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, stress, oversize, layout_mismatch, unwind_prof_first, "
+                       "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress)\n", mode.c_str());
   return 2;
 }

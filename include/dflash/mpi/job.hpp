@@ -25,6 +25,26 @@
 // Only the rank whose stage threw reports an error; finish() carries it to
 // rank 0, and every rank's finish() returns ok = false.
 //
+// Errors on the progress thread: an item that does not fit (a buffer over
+// MPI's int count, caught in the sink stage; a header that does not match the
+// consumer's wire<T> layout or the bytes that arrived) fails the job like a
+// stage error: this rank's error, STOP to every rank, every finish() returns
+// ok = false and rank 0 names the rank and reason. Anything else escaping the
+// progress thread leaves its state unknown, so it prints the rank and reason
+// and calls MPI_Abort: every rank ends, none waits.
+//
+// Lifetimes: the job takes snapshots of the profiler given to start() (and
+// calls on_report) only while a run() or an explicit finish() is in progress,
+// when the caller's scope, profiler included, is alive. An mpi_link destroyed
+// before finish() leaves its MPI state to the job, which completes it. So an
+// exception that leaves the scope of a running job is safe whatever order
+// the profiler, the job and the links were declared in: ~job finishes with
+// an error (without a snapshot), the other ranks end.
+//
+// start() is collective and so is leaving before it: a rank whose job is
+// destroyed before start() (an exception, an early return) joins start()'s
+// collective saying so, and start() on the other ranks throws naming it.
+//
 // Clean shutdown: every message is sent with MPI_Issend (complete = matched by
 // the receiver), and a rank sends its FINAL message to rank 0 only after all
 // its sends completed; rank 0 answers every FINAL with BYE. So no message is
@@ -39,14 +59,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -84,10 +107,12 @@ class channel {
 };
 
 struct job_options {
-  /// Every rank sends its snapshot to rank 0 this often (0: only the final one).
+  /// Every rank sends its snapshot to rank 0 this often (0: only the final one),
+  /// while a run() or finish() is in progress on it (its profiler is alive then).
   std::chrono::milliseconds report_interval{0};
-  /// Rank 0, on the progress thread, with the latest snapshot of every rank.
-  /// Default: print format_job_table to stdout.
+  /// Rank 0, on the progress thread, with the latest snapshot of every rank,
+  /// while a run() or finish() is in progress on rank 0; an exception it
+  /// throws fails the job. Default: print format_job_table to stdout.
   std::function<void(const job_profile&)> on_report;
 };
 
@@ -124,17 +149,32 @@ class job {
   job(const job&) = delete;
   job& operator=(const job&) = delete;
 
-  /// If finish() was not called (an exception unwinds past the job), finishes
-  /// with an error so that the other ranks stop and do not wait for this one.
+  /// Before start(): joins start()'s collective as "left before start" (the
+  /// other ranks' start() throws naming this rank; error text from fail() if
+  /// any). After start(), if finish() was not called (an exception unwinds
+  /// past the job), finishes with an error so that the other ranks stop and do
+  /// not wait for this one; no snapshot is taken (the profiler may be gone).
   ~job() {
-    if (thread_.joinable() && !finished_) {
+    if (!start_collective_done_) {
       try {
-        fail("rank exited without calling finish() (an exception left main?)");
-        (void)finish();
+        std::string why;
+        {
+          std::lock_guard lk(state_m_);
+          why = error_;
+        }
+        if (why.empty()) why = "its job was destroyed before start() (an exception, or it returned early)";
+        (void)start_collective(std::move(why), true);
+      } catch (...) {
+      }
+    } else if (thread_.joinable() && !finished_) {
+      try {
+        fail("rank exited without calling finish() (an exception left the job's scope?)");
+        (void)finish_impl();
       } catch (...) {
       }
     }
     if (thread_.joinable()) thread_.join();
+    channels_.clear();
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
   }
@@ -145,7 +185,9 @@ class job {
 
   /// Collective: checks that every rank's profiler has the same key set (else
   /// every rank throws std::runtime_error naming the first differing key),
-  /// then starts the progress thread. Prof must outlive finish().
+  /// then starts the progress thread. prof is read (snapshots) only while a
+  /// run() or finish() call is in progress, so it may be declared before or
+  /// after the job.
   template <class Profiler>
   void start(const Profiler& prof, job_options opt = {}) {
     std::vector<std::string> names;
@@ -163,6 +205,7 @@ class job {
   /// Returns false if a stage threw (its error goes to rank 0 at finish()).
   template <class Pipe>
   bool run(Pipe& p) {
+    const profiler_window w(*this);  // prof is alive while run() runs
     {
       std::lock_guard lk(hook_m_);
       cancelled_hook_ = [&p] { return p.cancelled(); };
@@ -217,23 +260,8 @@ class job {
   job_result finish() {
     if (!thread_.joinable()) throw std::logic_error("dflash::mpi::job::finish(): start() was not called");
     if (finished_) throw std::logic_error("dflash::mpi::job::finish(): called twice");
-    finished_ = true;
-    finish_requested_.store(true, std::memory_order_release);
-    thread_.join();
-    if (thread_error_) std::rethrow_exception(thread_error_);
-    job_result r;
-    r.ok = bye_ok_;
-    if (rank_ == 0) {
-      for (int i = 0; i < size_; ++i)
-        if (!final_.errors[static_cast<std::size_t>(i)].empty())
-          r.error += (r.error.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + ": " +
-                     final_.errors[static_cast<std::size_t>(i)];
-      r.profile = std::move(final_);
-    } else {
-      std::lock_guard lk(state_m_);
-      r.error = error_;
-    }
-    return r;
+    const profiler_window w(*this);  // the caller's profiler is alive: the final snapshot may be taken
+    return finish_impl();
   }
 
   // ---- for links ------------------------------------------------------------
@@ -246,16 +274,37 @@ class job {
       wake_cv_.notify_one();
     }
   }
-  void attach(channel* c) {
+  /// The job co-owns every link's MPI state (a link destroyed before finish()
+  /// leaves it to the job, which completes its requests).
+  void attach(std::shared_ptr<channel> c) {
     std::lock_guard lk(ch_m_);
-    for (channel* o : channels_)
+    for (const auto& o : channels_)
       if (o->tag_base() == c->tag_base())
         throw std::invalid_argument("dflash::mpi: two links with the same tags (same name twice, or a hash clash)");
-    channels_.push_back(c);
+    channels_.push_back(std::move(c));
   }
-  void detach(channel* c) noexcept {
+  /// A link's handle is going away. Before start() or after finish() its state
+  /// is dropped. While the job runs the job keeps driving it to the end; if
+  /// this rank's pipeline had not ended (normally or by a stop), that is an
+  /// error that stops every rank (the link's peers would wait for it forever).
+  void release(const channel* c, std::string_view link_name) noexcept {
+    const bool running = thread_.joinable() && !finish_requested_.load(std::memory_order_acquire);
+    if (running) {
+      if (!finish_sending_.load(std::memory_order_acquire) && !stopped_.load(std::memory_order_acquire) &&
+          !stop_requested_.load(std::memory_order_acquire)) {
+        try {
+          fail(std::string("dflash::mpi::mpi_link \"") + std::string(link_name) +
+               "\" destroyed before this rank's pipeline ended and before finish() (an exception left its "
+               "scope?)");
+        } catch (...) {
+          stop_all();
+        }
+      }
+      return;
+    }
+    if (thread_.joinable() && !finished_) return;  // finishing: the progress thread still completes it
     std::lock_guard lk(ch_m_);
-    std::erase(channels_, c);
+    std::erase_if(channels_, [c](const auto& o) { return o.get() == c; });
   }
   /// An MPI_Issend whose buffer the job keeps until it completes.
   void post_owned(std::vector<std::byte> bytes, int dest, int tag) {
@@ -274,11 +323,89 @@ class job {
     MPI_Request req = MPI_REQUEST_NULL;
   };
 
+  // While one exists, the progress thread may snapshot the profiler and call on_report.
+  struct profiler_window {
+    job& j;
+    explicit profiler_window(job& jj) : j(jj) {
+      std::lock_guard lk(j.window_m_);
+      ++j.window_users_;
+    }
+    ~profiler_window() {
+      std::lock_guard lk(j.window_m_);  // waits for a snapshot or report in progress
+      --j.window_users_;
+    }
+    profiler_window(const profiler_window&) = delete;
+    profiler_window& operator=(const profiler_window&) = delete;
+  };
+
+  job_result finish_impl() {
+    finished_ = true;
+    finish_requested_.store(true, std::memory_order_release);
+    thread_.join();
+    job_result r;
+    r.ok = bye_ok_;
+    if (rank_ == 0) {
+      for (int i = 0; i < size_; ++i)
+        if (!final_.errors[static_cast<std::size_t>(i)].empty())
+          r.error += (r.error.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + ": " +
+                     final_.errors[static_cast<std::size_t>(i)];
+      r.profile = std::move(final_);
+    } else {
+      std::lock_guard lk(state_m_);
+      r.error = error_;
+    }
+    return r;
+  }
+
+  // The first collective of start(), also made by a rank leaving before start()
+  // (~job): each rank says whether it starts, and its key-set hash. Returns the
+  // hashes if every rank starts; otherwise every starting rank throws, naming
+  // the ranks that left and why.
+  std::vector<std::uint64_t> start_collective(std::string leaving_reason, bool leaving) {
+    start_collective_done_ = true;
+    const std::uint64_t mine[2] = {leaving ? 1u : 0u, leaving ? 0u : key_hash_};
+    std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size_));
+    check(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm_), "MPI_Allgather");
+    bool any = false;
+    for (int r = 0; r < size_; ++r) any |= all[2 * static_cast<std::size_t>(r)] != 0;
+    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r) hashes[static_cast<std::size_t>(r)] = all[2 * static_cast<std::size_t>(r) + 1];
+    if (!any) return hashes;
+    const auto why = gather_strings(leaving ? leaving_reason : std::string());
+    if (leaving) return {};
+    std::string msg = "dflash::mpi::job::start(): the job cannot start:";
+    for (int r = 0; r < size_; ++r)
+      if (all[2 * static_cast<std::size_t>(r)] != 0)
+        msg += " rank " + std::to_string(r) + " left before start(): " + why[static_cast<std::size_t>(r)] + ".";
+    throw std::runtime_error(msg);
+  }
+  // Collective: every rank's string.
+  std::vector<std::string> gather_strings(const std::string& s) {
+    const int len = static_cast<int>(s.size());
+    std::vector<int> lens(static_cast<std::size_t>(size_)), offs(static_cast<std::size_t>(size_));
+    check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+    int total = 0;
+    for (int i = 0; i < size_; ++i) offs[static_cast<std::size_t>(i)] = std::exchange(total, total + lens[static_cast<std::size_t>(i)]);
+    std::string every(static_cast<std::size_t>(total), '\0');
+    check(MPI_Allgatherv(s.data(), len, MPI_CHAR, every.data(), lens.data(), offs.data(), MPI_CHAR, comm_),
+          "MPI_Allgatherv");
+    std::vector<std::string> out;
+    for (int r = 0; r < size_; ++r)
+      out.push_back(every.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(r)]),
+                                 static_cast<std::size_t>(lens[static_cast<std::size_t>(r)])));
+    return out;
+  }
+
   void start_impl(std::vector<std::string> names, job_options opt) {
-    if (thread_.joinable() || finished_) throw std::logic_error("dflash::mpi::job::start(): called twice");
-    if (opt.report_interval.count() < 0)
-      throw std::invalid_argument("dflash::mpi::job: report_interval must not be negative");
-    check_key_sets(names);
+    if (start_collective_done_) throw std::logic_error("dflash::mpi::job::start(): called twice");
+    if (opt.report_interval.count() < 0) {
+      // Local bad input: the other ranks are entering the collective; fail start() there too.
+      const std::string why = "job_options::report_interval must not be negative";
+      (void)start_collective(why, true);
+      throw std::invalid_argument("dflash::mpi::job: " + why);
+    }
+    key_hash_ = key_set_hash(names);
+    check_key_sets(names, start_collective({}, false));
     names_ = std::move(names);
     opt_ = std::move(opt);
     if (!opt_.on_report) opt_.on_report = [](const job_profile& j) {
@@ -292,34 +419,26 @@ class job {
     thread_ = std::thread([this] {
       try {
         loop();
+      } catch (const std::exception& e) {
+        fatal(e.what());
       } catch (...) {
-        thread_error_ = std::current_exception();  // an MPI error: fatal for this rank
+        fatal("unknown exception");
       }
     });
   }
 
-  // Collective, before the progress thread exists: hash, then the names of
-  // every rank when the hashes differ (so the message can name the key).
-  void check_key_sets(const std::vector<std::string>& names) {
-    const std::uint64_t h = key_set_hash(names);
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
-    check(MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_), "MPI_Allgather");
+  // Collective, before the progress thread exists: the hashes (from
+  // start_collective), then the names of every rank when they differ (so the
+  // message can name the key).
+  void check_key_sets(const std::vector<std::string>& names, const std::vector<std::uint64_t>& all) {
     if (std::all_of(all.begin(), all.end(), [&](auto x) { return x == all[0]; })) return;
     std::string joined;
     for (const auto& n : names) joined += n + '\n';
-    const int len = static_cast<int>(joined.size());
-    std::vector<int> lens(static_cast<std::size_t>(size_)), offs(static_cast<std::size_t>(size_));
-    check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_), "MPI_Allgather");
-    int total = 0;
-    for (int i = 0; i < size_; ++i) offs[static_cast<std::size_t>(i)] = std::exchange(total, total + lens[static_cast<std::size_t>(i)]);
-    std::string every(static_cast<std::size_t>(total), '\0');
-    check(MPI_Allgatherv(joined.data(), len, MPI_CHAR, every.data(), lens.data(), offs.data(), MPI_CHAR, comm_),
-          "MPI_Allgatherv");
+    const auto every = gather_strings(joined);
     auto split = [&](int r) {
       std::vector<std::string> v;
       std::string cur;
-      for (char c : every.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(r)]),
-                                 static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]))) {
+      for (char c : every[static_cast<std::size_t>(r)]) {
         if (c == '\n') v.push_back(std::exchange(cur, {}));
         else cur += c;
       }
@@ -373,14 +492,26 @@ class job {
     std::memcpy(b.data(), w.data(), b.size());
     return b;
   }
+  // Only with the window lock held and a window open (see profiler_window).
   profile_snapshot snapshot() const {
     if (snap_) return snap_();
     return {};
   }
+  // Something escaped the progress thread: its links' and the job's state is
+  // unknown, so no orderly end is possible. Every rank must still end: abort.
+  [[noreturn]] void fatal(const char* what) noexcept {
+    std::fprintf(stderr,
+                 "dflash::mpi: rank %d: the MPI progress thread failed: %s; aborting the job (MPI_Abort) so that no "
+                 "rank waits for this one\n",
+                 rank_, what);
+    std::fflush(stderr);
+    MPI_Abort(comm_, 1);
+    std::abort();
+  }
   void enter_stop() {
     if (stopped_.exchange(true, std::memory_order_acq_rel)) return;
     std::lock_guard lk(ch_m_);
-    for (channel* c : channels_) c->on_stop();
+    for (const auto& c : channels_) c->on_stop();
     std::lock_guard hk(hook_m_);
     if (stop_hook_) stop_hook_();
   }
@@ -400,7 +531,11 @@ class job {
         enter_stop();
         busy = true;
       }
-      if (!stop_sent) {
+      // Never after our FINAL: a rank leaves once it has BYE, without draining STOPs, so a
+      // STOP posted then might never be matched (and we would wait for it forever). One
+      // posted before FINAL is matched before it (FINAL waits for every send of ours),
+      // and the receiver is still in its loop then (BYE needs every FINAL).
+      if (!stop_sent && !final_sent) {
         bool local = stop_requested_.load(std::memory_order_acquire);
         if (!local) {
           std::lock_guard lk(hook_m_);
@@ -420,41 +555,57 @@ class job {
       {
         std::lock_guard lk(ch_m_);
         if (!fin_done && finish_sending_.load(std::memory_order_acquire)) {
-          for (channel* c : channels_)
+          for (const auto& c : channels_)
             if (c->finish_sending()) stop_requested_.store(true, std::memory_order_release);
           fin_done = true;
         }
-        for (channel* c : channels_) busy |= c->progress();
+        for (const auto& c : channels_) busy |= c->progress();
       }
       busy |= complete_owned();
       // 3. profiles: periodic ones to rank 0, which reports them
       const bool finishing = finish_requested_.load(std::memory_order_acquire);
       if (opt_.report_interval.count() > 0 && !finishing && clock::now() >= next_report) {
         next_report += opt_.report_interval;
-        if (rank_ == 0) {
-          latest_.ranks[0] = snapshot();
-          latest_.heard[0] = true;
-          opt_.on_report(latest_);
-        } else {
-          post_owned(to_bytes(encode_snapshot(snapshot())), 0, tag_profile);
+        std::unique_lock wl(window_m_, std::try_to_lock);  // a run() or finish() ending: skip this one
+        if (wl.owns_lock() && window_users_ > 0) {
+          if (rank_ == 0) {
+            latest_.ranks[0] = snapshot();
+            latest_.heard[0] = true;
+            try {
+              opt_.on_report(latest_);
+            } catch (const std::exception& e) {
+              fail(std::string("job_options::on_report threw: ") + e.what());
+            } catch (...) {
+              fail("job_options::on_report threw");
+            }
+          } else {
+            post_owned(to_bytes(encode_snapshot(snapshot())), 0, tag_profile);
+          }
+          periodic_.fetch_add(1, std::memory_order_acq_rel);
         }
-        periodic_.fetch_add(1, std::memory_order_acq_rel);
       }
       if (rank_ == 0) {
         while (probe(MPI_ANY_SOURCE, tag_profile, st)) {
           const auto b = recv_probed(st, tag_profile);
-          latest_.ranks[static_cast<std::size_t>(st.MPI_SOURCE)] =
-              decode_snapshot(reinterpret_cast<const std::uint64_t*>(b.data()), b.size() / 8, names_);
-          latest_.heard[static_cast<std::size_t>(st.MPI_SOURCE)] = true;
+          const auto r = static_cast<std::size_t>(st.MPI_SOURCE);
+          try {
+            latest_.ranks[r] = decode_snapshot(reinterpret_cast<const std::uint64_t*>(b.data()), b.size() / 8, names_);
+            latest_.heard[r] = true;
+          } catch (const std::exception& e) {
+            fail("from rank " + std::to_string(r) + ": " + e.what());
+          }
           busy = true;
         }
       }
       // 4. the end: FINAL (status + snapshot) once every send of ours completed
-      if (finishing && !final_sent) {
+      // A stop requested here (a stage that threw just before finish(), ~job's fail()) goes
+      // out before FINAL: after FINAL no STOP is sent (see 1.).
+      const bool stop_pending = !stop_sent && stop_requested_.load(std::memory_order_acquire);
+      if (finishing && !final_sent && !stop_pending) {
         bool quiet = owned_.empty();
         if (quiet) {
           std::lock_guard lk(ch_m_);
-          for (channel* c : channels_) quiet = quiet && c->quiescent();
+          for (const auto& c : channels_) quiet = quiet && c->quiescent();
         }
         if (quiet) {
           std::string err;
@@ -462,18 +613,24 @@ class job {
             std::lock_guard lk(state_m_);
             err = error_;
           }
+          // The final snapshot only from an explicit finish(): in ~job the profiler may be gone.
+          std::optional<profile_snapshot> snap;
+          {
+            std::lock_guard wl(window_m_);
+            if (window_users_ > 0) snap = snapshot();
+          }
           if (rank_ == 0) {
-            final_.ranks[0] = snapshot();
-            final_.heard[0] = true;
+            if (snap) final_.ranks[0] = std::move(*snap);
+            final_.heard[0] = snap.has_value();
             final_.errors[0] = err;
             ++finals;
           } else {
-            const auto words = encode_snapshot(snapshot());
+            const auto words = snap ? encode_snapshot(*snap) : std::vector<std::uint64_t>{};
             std::vector<std::byte> b(8 + err.size() + words.size() * 8);
             const std::uint64_t n = err.size();
             std::memcpy(b.data(), &n, 8);
             std::memcpy(b.data() + 8, err.data(), err.size());
-            std::memcpy(b.data() + 8 + err.size(), words.data(), words.size() * 8);
+            if (!words.empty()) std::memcpy(b.data() + 8 + err.size(), words.data(), words.size() * 8);
             post_owned(std::move(b), 0, tag_final);
           }
           final_sent = true;
@@ -483,18 +640,25 @@ class job {
       if (rank_ == 0) {
         while (probe(MPI_ANY_SOURCE, tag_final, st)) {
           const auto b = recv_probed(st, tag_final);
-          std::uint64_t n = 0;
-          if (b.size() < 8) throw std::runtime_error("dflash::mpi: malformed FINAL message");
-          std::memcpy(&n, b.data(), 8);
-          if (b.size() < 8 + n || (b.size() - 8 - n) % 8) throw std::runtime_error("dflash::mpi: malformed FINAL message");
           const auto r = static_cast<std::size_t>(st.MPI_SOURCE);
+          ++finals;  // counted whatever it holds: rank r has ended its part
+          busy = true;
+          std::uint64_t n = 0;
+          if (b.size() >= 8) std::memcpy(&n, b.data(), 8);
+          if (b.size() < 8 || b.size() - 8 < n || (b.size() - 8 - n) % 8) {
+            final_.errors[r] = "malformed FINAL message";
+            continue;
+          }
           final_.errors[r].assign(reinterpret_cast<const char*>(b.data() + 8), n);
           std::vector<std::uint64_t> w((b.size() - 8 - n) / 8);
+          if (w.empty()) continue;  // no snapshot (that rank's ~job finished it)
           std::memcpy(w.data(), b.data() + 8 + n, w.size() * 8);
-          final_.ranks[r] = decode_snapshot(w.data(), w.size(), names_);
-          final_.heard[r] = true;
-          ++finals;
-          busy = true;
+          try {
+            final_.ranks[r] = decode_snapshot(w.data(), w.size(), names_);
+            final_.heard[r] = true;
+          } catch (const std::exception& e) {
+            final_.errors[r] += std::string(final_.errors[r].empty() ? "" : "; ") + e.what();
+          }
         }
         if (finals == size_ && !bye_sent) {
           bye_ok_ = std::all_of(final_.errors.begin(), final_.errors.end(), [](const auto& e) { return e.empty(); });
@@ -531,11 +695,15 @@ class job {
   std::function<profile_snapshot()> snap_;
   job_options opt_;
   std::thread thread_;
-  std::exception_ptr thread_error_;
   bool finished_ = false;
+  bool start_collective_done_ = false;
+  std::uint64_t key_hash_ = 0;
+
+  std::mutex window_m_;
+  int window_users_ = 0;  // run() / finish() calls in progress
 
   std::mutex ch_m_;
-  std::vector<channel*> channels_;
+  std::vector<std::shared_ptr<channel>> channels_;
   std::list<owned_send> owned_;  // progress thread only
 
   std::mutex hook_m_;

@@ -25,7 +25,11 @@
 //   "<Name>.recv.*".
 // * Wire: trivially copyable T, or wire<T> (wire.hpp). One header message per
 //   item, then each buffer straight from the item's memory (MPI_Issend).
-// The link must outlive job::finish() (its requests complete there).
+// * Validation: a consumer checks each header against its wire<T> layout and
+//   each size against the buffer message that arrived (matched probes)
+//   before it allocates; an item that does not fit fails the job with the
+//   reason (its bytes are still received, so every send completes).
+// The job co-owns the link's MPI state: the handle may go before finish().
 
 #include <mpi.h>
 
@@ -37,6 +41,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -53,62 +58,50 @@
 
 namespace dflash::mpi {
 
-/// Observed on the consumer side, for tests and reports.
+/// Counters of one rank's end of a link, for tests and reports.
 struct link_stats {
+  // consumer side
   std::uint64_t received = 0;              ///< items delivered to this rank's source stage
   std::uint64_t max_buffered_per_producer = 0;  ///< most items of one producer held here at once
+  std::vector<std::uint64_t> taken_from;   ///< per rank: its items this rank's source stage took
+  std::vector<std::uint64_t> credits_to;   ///< per rank: credits returned to it
+  std::uint64_t max_credit_batch = 0;      ///< most credits returned in one message
+  std::uint64_t rejected = 0;              ///< items that did not fit this rank's wire<T> (job failed)
+  // producer side
+  std::uint64_t sent = 0;                  ///< items handed to MPI
+  std::vector<std::uint64_t> credits_from; ///< per rank: credits it returned
 };
 
+namespace detail {
+
+// A link's state and its work on the progress thread. The job co-owns it, so
+// its MPI requests complete even if the mpi_link handle is destroyed first.
 template <WireItem T, fixed_string Name, std::size_t Depth>
-class mpi_link final : public channel {
-  static_assert(Depth > 0, "dflash::mpi::mpi_link<T, Name, Depth>: Depth must be at least 1");
-
+class link_core final : public channel {
  public:
-  using value_type = T;
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  using push_wait = push_wait_key<Name>;
-  using pop_wait = pop_wait_key<Name>;
-
-  mpi_link(job& j, std::vector<int> producers, std::vector<int> consumers)
+  link_core(job& j, std::vector<int> producers, std::vector<int> consumers)
       : job_(j), producers_(std::move(producers)), consumers_(std::move(consumers)) {
-    auto bad = [](const std::string& m) {
-      throw std::invalid_argument("dflash::mpi::mpi_link \"" + std::string(Name.view()) + "\": " + m);
-    };
-    if (producers_.empty()) bad("needs at least one producer rank");
-    if (consumers_.empty()) bad("needs at least one consumer rank");
-    std::vector<bool> seen(static_cast<std::size_t>(j.size()), false);
-    for (const auto* v : {&producers_, &consumers_})
-      for (int r : *v) {
-        if (r < 0 || r >= j.size())
-          bad("rank " + std::to_string(r) + " is not in the job (size " + std::to_string(j.size()) + ")");
-        if (seen[static_cast<std::size_t>(r)])
-          bad("rank " + std::to_string(r) + " is listed twice (a rank is a producer or a consumer, once)");
-        seen[static_cast<std::size_t>(r)] = true;
-      }
     for (int r : producers_) producer_ |= r == j.rank();
     for (int r : consumers_) consumer_ |= r == j.rank();
+    const auto n = static_cast<std::size_t>(j.size());
     outstanding_.assign(consumers_.size(), 0);
-    buffered_.assign(static_cast<std::size_t>(j.size()), 0);
-    credit_due_.assign(static_cast<std::size_t>(j.size()), 0);
-    job_.attach(this);
+    buffered_.assign(n, 0);
+    credit_due_.assign(n, 0);
+    stats_.taken_from.assign(n, 0);
+    stats_.credits_to.assign(n, 0);
+    stats_.credits_from.assign(n, 0);
   }
-  ~mpi_link() override { job_.detach(this); }
-  mpi_link(const mpi_link&) = delete;
-  mpi_link& operator=(const mpi_link&) = delete;
 
   [[nodiscard]] bool is_producer() const noexcept { return producer_; }
   [[nodiscard]] bool is_consumer() const noexcept { return consumer_; }
 
-  /// Producer side: blocks (recorded as "<Name>.push_wait") until a credit is
-  /// free, then hands the item to the progress thread. Throws pipeline_stop
-  /// when the job stopped.
   template <class P>
   void send(T&& item, const P& prof) {
     if (!producer_) throw std::logic_error("dflash::mpi::mpi_link::send: this rank is not a producer of the link");
+    check_sendable(item);  // here, so an item MPI cannot carry fails this stage, not the progress thread
     std::unique_lock lk(m_);
     if (in_flight_ >= Depth && !stopped_) {
-      auto t = prof.scope(push_wait{});
+      auto t = prof.scope(push_wait_key<Name>{});
       cv_.wait(lk, [&] { return in_flight_ < Depth || stopped_; });
     }
     if (stopped_) throw pipeline_stop{};
@@ -118,24 +111,23 @@ class mpi_link final : public channel {
     job_.wake();
   }
 
-  /// Consumer side: the next item, or empty once every producer finished and
-  /// everything arrived. Blocks as "<Name>.pop_wait"; throws pipeline_stop
-  /// when the job stopped.
   template <class P>
   std::optional<T> receive(const P& prof) {
     if (!consumer_) throw std::logic_error("dflash::mpi::mpi_link::receive: this rank is not a consumer of the link");
     std::unique_lock lk(m_);
     if (inbox_.empty() && !closed_ && !stopped_) {
-      auto t = prof.scope(pop_wait{});
+      auto t = prof.scope(pop_wait_key<Name>{});
       cv_.wait(lk, [&] { return !inbox_.empty() || closed_ || stopped_; });
     }
     if (stopped_) throw pipeline_stop{};
     if (inbox_.empty()) return std::nullopt;  // closed
     auto [item, src] = std::move(inbox_.front());
     inbox_.pop_front();
-    --buffered_[static_cast<std::size_t>(src)];
-    ++credit_due_[static_cast<std::size_t>(src)];
+    const auto r = static_cast<std::size_t>(src);
+    --buffered_[r];
+    ++credit_due_[r];
     ++stats_.received;
+    ++stats_.taken_from[r];
     lk.unlock();
     job_.wake();  // the credit goes back now
     return std::move(item);
@@ -173,9 +165,14 @@ class mpi_link final : public channel {
     return busy;
   }
 
- private:
   static constexpr int tag_base_ = job::tag_links + 3 * static_cast<int>(key_set_hash(std::array{Name.view()}) % 8000);
+
+ private:
   static constexpr int tag_header = tag_base_, tag_buffer = tag_base_ + 1, tag_credit = tag_base_ + 2;
+  // A header message: marker 1 (a 0-byte header is FIN), the number of buffer
+  // messages that follow (so a consumer that rejects the item can still
+  // receive them and let the producer's sends complete), then wire<T>'s header.
+  static constexpr std::size_t frame_bytes = 1 + sizeof(std::uint32_t);
 
   struct send_rec {
     T item;
@@ -184,14 +181,32 @@ class mpi_link final : public channel {
   };
   struct recv_rec {
     T item;
-    int src;
+    int src = -1;
+    std::uint32_t nbufs = 0;
+    std::vector<std::byte> header;  // wire<T>'s part
+    std::vector<MPI_Message> msgs;  // the buffer messages, matched in order
+    std::vector<int> sizes;         // their byte counts, as they arrived
     std::vector<MPI_Request> reqs;
+    std::vector<std::vector<std::byte>> scratch;  // a rejected item's buffers land here
+    bool posted = false, rejected = false;
   };
 
-  static int count_of(std::size_t bytes) {
-    if (bytes > static_cast<std::size_t>(INT32_MAX))
-      throw std::length_error("dflash::mpi::mpi_link: one buffer of an item is over 2 GiB (MPI count limit)");
-    return static_cast<int>(bytes);
+  static std::string link_name() { return "dflash::mpi::mpi_link \"" + std::string(Name.view()) + "\""; }
+  static void check_sendable(T& x) {
+    std::size_t header = 0;
+    visit_fields(x, [&]<class M>(M& m) {
+      if constexpr (is_vector<M>::value) {
+        header += sizeof(std::uint64_t);
+        const std::size_t elem = sizeof(typename M::value_type);
+        if (m.size() > wire_max_buffer_bytes / elem)
+          throw std::length_error(link_name() + ": one buffer of an item is " + std::to_string(m.size() * elem) +
+                                  " bytes, over 2 GiB (MPI's int count limit)");
+      } else {
+        header += sizeof(M);
+      }
+    });
+    if (header + frame_bytes > wire_max_buffer_bytes)
+      throw std::length_error(link_name() + ": an item's header is over 2 GiB (MPI's int count limit)");
   }
   static bool test_all(std::vector<MPI_Request>& reqs) {
     int done = 0;
@@ -214,6 +229,7 @@ class mpi_link final : public channel {
       in_flight_ -= std::min<std::uint64_t>(n, in_flight_);
       for (std::size_t i = 0; i < consumers_.size(); ++i)
         if (consumers_[i] == st.MPI_SOURCE) outstanding_[i] -= std::min<std::uint64_t>(n, outstanding_[i]);
+      stats_.credits_from[static_cast<std::size_t>(st.MPI_SOURCE)] += n;
       cv_.notify_all();
       busy = true;
     }
@@ -229,17 +245,22 @@ class mpi_link final : public channel {
         for (std::size_t i = 1; i < consumers_.size(); ++i)
           if (outstanding_[i] < outstanding_[to]) to = i;
         ++outstanding_[to];
+        ++stats_.sent;
       }
       auto& s = sends_.emplace_back(send_rec{std::move(*item), {}, {}});
       std::vector<wire_buffer> bufs;
       wire_encode(s.item, s.header, bufs);
-      s.header.insert(s.header.begin(), std::byte{1});  // never empty: a 0-byte header means FIN
-      s.reqs.resize(1 + bufs.size());
+      const auto nbufs = static_cast<std::uint32_t>(bufs.size());
+      std::byte frame[frame_bytes] = {std::byte{1}};
+      std::memcpy(frame + 1, &nbufs, sizeof nbufs);
+      s.header.insert(s.header.begin(), frame, frame + frame_bytes);
+      // Sizes were checked by send(); posting is all or nothing.
+      s.reqs.assign(1 + bufs.size(), MPI_REQUEST_NULL);
       const int dest = consumers_[to];
-      check(MPI_Issend(s.header.data(), count_of(s.header.size()), MPI_BYTE, dest, tag_header, c, &s.reqs[0]),
+      check(MPI_Issend(s.header.data(), static_cast<int>(s.header.size()), MPI_BYTE, dest, tag_header, c, &s.reqs[0]),
             "MPI_Issend");
       for (std::size_t b = 0; b < bufs.size(); ++b)
-        check(MPI_Issend(bufs[b].data, count_of(bufs[b].bytes), MPI_BYTE, dest, tag_buffer, c, &s.reqs[1 + b]),
+        check(MPI_Issend(bufs[b].data, static_cast<int>(bufs[b].bytes), MPI_BYTE, dest, tag_buffer, c, &s.reqs[1 + b]),
               "MPI_Issend");
       busy = true;
     }
@@ -263,7 +284,7 @@ class mpi_link final : public channel {
       if (empty) {
         for (int dest : consumers_) {
           auto& s = sends_.emplace_back();
-          s.reqs.resize(1);
+          s.reqs.assign(1, MPI_REQUEST_NULL);
           check(MPI_Issend(nullptr, 0, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
         }
         fin_pending_ = false;
@@ -273,12 +294,56 @@ class mpi_link final : public channel {
     return busy;
   }
 
+  // The header's sizes against the buffer messages that arrived: on success
+  // the item's vectors are sized and its receives posted; otherwise the bytes
+  // land in scratch (the producer's sends must complete) and the job fails.
+  void post_receives(recv_rec& r) {
+    std::string why;
+    std::vector<wire_buffer> bufs;
+    try {
+      const auto ext = wire_parse(r.item, r.header.data(), r.header.size());
+      std::vector<std::size_t> want;
+      for (const auto& e : ext)
+        if (e.count) want.push_back(e.bytes);
+      if (want.size() != r.nbufs) {
+        why = "its header gives " + std::to_string(want.size()) + " non-empty vectors, " + std::to_string(r.nbufs) +
+              " buffers were sent";
+      } else {
+        for (std::size_t k = 0; k < want.size() && why.empty(); ++k)
+          if (want[k] != static_cast<std::size_t>(r.sizes[k]))
+            why = "its header gives buffer " + std::to_string(k) + " " + std::to_string(want[k]) + " bytes, " +
+                  std::to_string(r.sizes[k]) + " bytes arrived";
+      }
+      if (why.empty()) wire_allocate(r.item, ext, bufs);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    r.reqs.assign(r.nbufs, MPI_REQUEST_NULL);
+    if (!why.empty()) {
+      r.rejected = true;
+      r.scratch.resize(r.nbufs);
+      for (std::size_t k = 0; k < r.nbufs; ++k) {
+        r.scratch[k].resize(static_cast<std::size_t>(r.sizes[k]));
+        check(MPI_Imrecv(r.scratch[k].data(), r.sizes[k], MPI_BYTE, &r.msgs[k], &r.reqs[k]), "MPI_Imrecv");
+      }
+      if (!reported_) {
+        reported_ = true;
+        job_.fail(link_name() + ": an item from rank " + std::to_string(r.src) +
+                  " does not fit this rank's wire<T> layout (producer and consumer disagree on the item type): " + why);
+      }
+    } else {
+      for (std::size_t k = 0; k < r.nbufs; ++k)
+        check(MPI_Imrecv(bufs[k].data, r.sizes[k], MPI_BYTE, &r.msgs[k], &r.reqs[k]), "MPI_Imrecv");
+    }
+    r.posted = true;
+  }
+
   bool progress_consumer() {
     bool busy = false;
     MPI_Comm c = job_.comm();
     MPI_Status st;
     int flag = 0;
-    // headers (or FIN): build the item, post its buffers' receives
+    // headers (or FIN)
     for (;;) {
       check(MPI_Iprobe(MPI_ANY_SOURCE, tag_header, c, &flag, &st), "MPI_Iprobe");
       if (!flag) break;
@@ -291,28 +356,54 @@ class mpi_link final : public channel {
         ++fins_;
         continue;
       }
+      if (h.size() < frame_bytes || h[0] != std::byte{1})  // not from an mpi_link: nothing can be drained
+        throw std::runtime_error(link_name() + ": malformed item header from rank " + std::to_string(st.MPI_SOURCE));
       auto& r = recvs_.emplace_back();
       r.src = st.MPI_SOURCE;
-      std::vector<wire_buffer> bufs;
-      wire_decode(r.item, h.data() + 1, h.size() - 1, bufs);
-      r.reqs.resize(bufs.size());
-      for (std::size_t b = 0; b < bufs.size(); ++b)
-        check(MPI_Irecv(bufs[b].data, count_of(bufs[b].bytes), MPI_BYTE, r.src, tag_buffer, c, &r.reqs[b]),
-              "MPI_Irecv");
+      std::memcpy(&r.nbufs, h.data() + 1, sizeof r.nbufs);
+      r.header.assign(h.begin() + frame_bytes, h.end());
       std::lock_guard lk(m_);
       auto& b = buffered_[static_cast<std::size_t>(r.src)];
       ++b;
       stats_.max_buffered_per_producer = std::max<std::uint64_t>(stats_.max_buffered_per_producer, b);
     }
-    // complete items go to the source stage, in arrival order per producer
+    // buffer messages: matched in order per producer (an item's come before the next item's)
     std::vector<bool> blocked(buffered_.size(), false);
+    for (auto& r : recvs_) {
+      if (r.posted) continue;
+      auto&& blk = blocked[static_cast<std::size_t>(r.src)];
+      if (blk) continue;
+      while (r.msgs.size() < r.nbufs) {
+        MPI_Message msg = MPI_MESSAGE_NULL;
+        check(MPI_Improbe(r.src, tag_buffer, c, &flag, &msg, &st), "MPI_Improbe");
+        if (!flag) break;
+        int n = 0;
+        MPI_Get_count(&st, MPI_BYTE, &n);
+        r.msgs.push_back(msg);
+        r.sizes.push_back(n);
+        busy = true;
+      }
+      if (r.msgs.size() < r.nbufs) {
+        blk = true;
+        continue;
+      }
+      post_receives(r);
+      busy = true;
+    }
+    // complete items go to the source stage, in arrival order per producer
+    std::fill(blocked.begin(), blocked.end(), false);
     for (auto it = recvs_.begin(); it != recvs_.end();) {
       auto&& blk = blocked[static_cast<std::size_t>(it->src)];
-      if (!blk && (it->reqs.empty() || test_all(it->reqs))) {
+      if (!blk && it->posted && (it->reqs.empty() || test_all(it->reqs))) {
         std::lock_guard lk(m_);
-        inbox_.emplace_back(std::move(it->item), it->src);
+        if (it->rejected) {
+          --buffered_[static_cast<std::size_t>(it->src)];
+          ++stats_.rejected;
+        } else {
+          inbox_.emplace_back(std::move(it->item), it->src);
+          cv_.notify_all();
+        }
         it = recvs_.erase(it);
-        cv_.notify_all();
         busy = true;
       } else {
         blk = true;
@@ -324,7 +415,12 @@ class mpi_link final : public channel {
     {
       std::lock_guard lk(m_);
       for (std::size_t r = 0; r < credit_due_.size(); ++r)
-        if (credit_due_[r]) due.emplace_back(static_cast<int>(r), std::exchange(credit_due_[r], 0));
+        if (credit_due_[r]) {
+          const std::uint64_t n = std::exchange(credit_due_[r], 0);
+          due.emplace_back(static_cast<int>(r), n);
+          stats_.credits_to[r] += n;
+          stats_.max_credit_batch = std::max(stats_.max_credit_batch, n);
+        }
       if (!closed_ && fins_ == producers_.size() && recvs_.empty()) {
         closed_ = true;
         cv_.notify_all();
@@ -359,7 +455,72 @@ class mpi_link final : public channel {
   std::list<send_rec> sends_;
   std::list<recv_rec> recvs_;
   bool fin_pending_ = false;
+  bool reported_ = false;
   std::size_t fins_ = 0;
+};
+
+}  // namespace detail
+
+template <WireItem T, fixed_string Name, std::size_t Depth>
+class mpi_link {
+  static_assert(Depth > 0, "dflash::mpi::mpi_link<T, Name, Depth>: Depth must be at least 1");
+  using core = detail::link_core<T, Name, Depth>;
+
+ public:
+  using value_type = T;
+  static constexpr auto name = Name;
+  static constexpr std::size_t depth = Depth;
+  using push_wait = push_wait_key<Name>;
+  using pop_wait = pop_wait_key<Name>;
+
+  mpi_link(job& j, std::vector<int> producers, std::vector<int> consumers) : job_(j) {
+    auto bad = [](const std::string& m) {
+      throw std::invalid_argument("dflash::mpi::mpi_link \"" + std::string(Name.view()) + "\": " + m);
+    };
+    if (producers.empty()) bad("needs at least one producer rank");
+    if (consumers.empty()) bad("needs at least one consumer rank");
+    std::vector<bool> seen(static_cast<std::size_t>(j.size()), false);
+    for (const auto* v : {&producers, &consumers})
+      for (int r : *v) {
+        if (r < 0 || r >= j.size())
+          bad("rank " + std::to_string(r) + " is not in the job (size " + std::to_string(j.size()) + ")");
+        if (seen[static_cast<std::size_t>(r)])
+          bad("rank " + std::to_string(r) + " is listed twice (a rank is a producer or a consumer, once)");
+        seen[static_cast<std::size_t>(r)] = true;
+      }
+    core_ = std::make_shared<core>(j, std::move(producers), std::move(consumers));
+    job_.attach(core_);
+  }
+  /// Before start() or after finish(): the link's state goes. While the job
+  /// runs, the job keeps it and completes its MPI requests (see job::release).
+  ~mpi_link() { job_.release(core_.get(), Name.view()); }
+  mpi_link(const mpi_link&) = delete;
+  mpi_link& operator=(const mpi_link&) = delete;
+
+  [[nodiscard]] bool is_producer() const noexcept { return core_->is_producer(); }
+  [[nodiscard]] bool is_consumer() const noexcept { return core_->is_consumer(); }
+
+  /// Producer side: blocks (recorded as "<Name>.push_wait") until a credit is
+  /// free, then hands the item to the progress thread. Throws pipeline_stop
+  /// when the job stopped, std::length_error for a buffer over 2 GiB.
+  template <class P>
+  void send(T&& item, const P& prof) {
+    core_->send(std::move(item), prof);
+  }
+
+  /// Consumer side: the next item, or empty once every producer finished and
+  /// everything arrived. Blocks as "<Name>.pop_wait"; throws pipeline_stop
+  /// when the job stopped.
+  template <class P>
+  std::optional<T> receive(const P& prof) {
+    return core_->receive(prof);
+  }
+
+  [[nodiscard]] link_stats stats() const { return core_->stats(); }
+
+ private:
+  job& job_;
+  std::shared_ptr<core> core_;
 };
 
 /// Last stage on a producer rank: sends each item over the link.

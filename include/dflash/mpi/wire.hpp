@@ -20,7 +20,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -96,28 +98,87 @@ void wire_encode(T& x, std::vector<std::byte>& header, std::vector<wire_buffer>&
   });
 }
 
-/// Fills x from a header (and sizes its vectors); returns the buffers the
-/// caller then receives into, in order. A header of the wrong size throws.
+/// The most bytes one buffer of an item can have: one MPI message, and MPI
+/// counts are int.
+inline constexpr std::size_t wire_max_buffer_bytes = static_cast<std::size_t>(INT32_MAX);
+
+/// One vector field as a header describes it.
+struct wire_extent {
+  std::uint64_t count;  ///< elements
+  std::size_t bytes;    ///< count * sizeof(element), checked not to overflow
+};
+
+/// Bytes of T's header: its scalars' sizes plus 8 per vector field. The same
+/// for every item of T (x is only visited, not read).
 template <WireItem T>
-void wire_decode(T& x, const std::byte* header, std::size_t bytes, std::vector<wire_buffer>& buffers) {
-  buffers.clear();
+std::size_t wire_header_bytes(T& x) {
+  std::size_t n = 0;
+  detail::visit_fields(x, [&]<class M>(M&) { n += detail::is_vector<M>::value ? sizeof(std::uint64_t) : sizeof(M); });
+  return n;
+}
+
+/// Reads x's scalars from a header and returns its vectors' extents in field
+/// order. Allocates nothing: the header's length is checked against x's layout
+/// before any field is read, and a size field whose byte count overflows
+/// throws, so a short, long or garbled header costs no memory. The caller
+/// checks the extents against what actually arrived, then calls wire_allocate.
+template <WireItem T>
+std::vector<wire_extent> wire_parse(T& x, const std::byte* header, std::size_t bytes) {
+  const std::size_t need = wire_header_bytes(x);
+  if (bytes != need)
+    throw std::runtime_error("dflash::mpi: item header of " + std::to_string(bytes) +
+                             " bytes, this rank's wire<T> layout needs " + std::to_string(need) +
+                             " (producer and consumer disagree on the item type or its wire<T>)");
+  std::vector<wire_extent> ext;
   std::size_t at = 0;
-  auto take = [&](void* dst, std::size_t n) {
-    if (at + n > bytes) throw std::runtime_error("dflash::mpi: item header shorter than its wire<T> layout");
-    std::memcpy(dst, header + at, n);
-    at += n;
-  };
   detail::visit_fields(x, [&]<class M>(M& m) {
     if constexpr (detail::is_vector<M>::value) {
       std::uint64_t n = 0;
-      take(&n, sizeof n);
-      m.resize(n);
-      if (n) buffers.push_back({static_cast<void*>(m.data()), n * sizeof(typename M::value_type)});
+      std::memcpy(&n, header + at, sizeof n);
+      at += sizeof n;
+      constexpr std::size_t elem = sizeof(typename M::value_type);
+      if (n > std::numeric_limits<std::size_t>::max() / elem)
+        throw std::runtime_error("dflash::mpi: item header gives a vector " + std::to_string(n) +
+                                 " elements: its size in bytes overflows");
+      ext.push_back({n, static_cast<std::size_t>(n) * elem});
     } else {
-      take(&m, sizeof(M));
+      std::memcpy(&m, header + at, sizeof(M));
+      at += sizeof(M);
     }
   });
-  if (at != bytes) throw std::runtime_error("dflash::mpi: item header longer than its wire<T> layout");
+  return ext;
+}
+
+/// Sizes x's vectors to the extents (from wire_parse, already validated) and
+/// returns the buffers to receive into: the non-empty vectors, in order.
+template <WireItem T>
+void wire_allocate(T& x, const std::vector<wire_extent>& ext, std::vector<wire_buffer>& buffers) {
+  buffers.clear();
+  std::size_t k = 0;
+  detail::visit_fields(x, [&]<class M>(M& m) {
+    if constexpr (detail::is_vector<M>::value) {
+      if (k >= ext.size()) throw std::logic_error("dflash::mpi::wire_allocate: fewer extents than vector fields");
+      m.resize(static_cast<std::size_t>(ext[k].count));
+      if (ext[k].count) buffers.push_back({static_cast<void*>(m.data()), ext[k].bytes});
+      ++k;
+    }
+  });
+}
+
+/// Fills x from a header and sizes its vectors; returns the buffers the caller
+/// then receives into, in order. Validates before allocating: a header of the
+/// wrong length, or a vector over max_buffer_bytes, throws with x's vectors
+/// untouched. (mpi_link also checks each size against the message that arrived.)
+template <WireItem T>
+void wire_decode(T& x, const std::byte* header, std::size_t bytes, std::vector<wire_buffer>& buffers,
+                 std::size_t max_buffer_bytes = wire_max_buffer_bytes) {
+  buffers.clear();
+  const auto ext = wire_parse(x, header, bytes);
+  for (const auto& e : ext)
+    if (e.bytes > max_buffer_bytes)
+      throw std::runtime_error("dflash::mpi: item header gives a vector of " + std::to_string(e.bytes) +
+                               " bytes, over the limit of " + std::to_string(max_buffer_bytes));
+  wire_allocate(x, ext, buffers);
 }
 
 }  // namespace dflash::mpi
