@@ -81,6 +81,14 @@ MUTANTS = [
            "return pop_pending<I>([&](auto ev) { b.host_wait(ev); });",
            "return pop_pending<I>([&](auto ev) { b.wait(native, ev); });",
            "test_device_pipeline", ["tests/device/test_device_pipeline", "*host value that device work*"]),
+    Mutant("credit_batch_as_one",
+           "a consumer returns one credit for a batch of n items taken",
+           "include/dflash/mpi/mpi_link.hpp",
+           "      std::memcpy(b.data(), &n, sizeof n);\n      job_.post_owned(std::move(b), r, tag_credit);",
+           "      const std::uint64_t one = 1;\n      std::memcpy(b.data(), &one, sizeof one);\n"
+           "      job_.post_owned(std::move(b), r, tag_credit);",
+           "test_mpi", ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "3", "tests/mpi/test_mpi",
+                        "credit_batches"]),
 ]
 
 # A second edit a mutant needs, in the same file (restored with it).
