@@ -80,6 +80,7 @@
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/tuple.hpp>
 
+#include "dflash/analysis/pipeline_layout.hpp"
 #include "dflash/detail/spin.hpp"
 #include "dflash/device/backend.hpp"
 #include "dflash/device/device_channel.hpp"
@@ -533,6 +534,27 @@ class Pipeline {
     requires(std::is_empty_v<P> && (sizeof...(Args) == stage_count || sizeof...(Args) == 0))
   Pipeline(const shape_type& shape, Args&&... stages) : Pipeline(P{}, shape, std::forward<Args>(stages)...) {}
   [[nodiscard]] const shape_type& shape() const noexcept { return shape_; }
+  /// The compile-time topology with a run-time shape, as plain data for the
+  /// analysis (analysis/bottleneck.hpp, analysis/what_if.hpp); built on demand, never on a hot path.
+  [[nodiscard]] static analysis::pipeline_layout layout(const shape_type& s) {
+    analysis::pipeline_layout out;
+    if constexpr (has_device_links)  // the host twin's "device" work runs on executor threads
+      out.device_work_on_cpu = std::string_view(backend_type::name) == "host twin";
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (out.stages.push_back({std::string(stage_type<I>::name.view()), s.workers[I], device_stage<I>, in_order_at<I>}),
+       ...);
+    }(std::make_index_sequence<stage_count>{});
+    [&]<std::size_t... L>(std::index_sequence<L...>) {
+      (out.links.push_back({std::string(queue_spec_type<L>::name.view()),
+                            device_link_at<L>   ? analysis::link_kind::device
+                            : direct_link_at<L> ? analysis::link_kind::direct
+                                                : analysis::link_kind::queue,
+                            s.depths[L]}),
+       ...);
+    }(std::make_index_sequence<queue_count>{});
+    return out;
+  }
+  [[nodiscard]] analysis::pipeline_layout layout() const { return layout(shape_); }
   /// For empty policies (NullProfiler): no profiler argument.
   template <class... Args>
     requires(std::is_empty_v<P> && (sizeof...(Args) == stage_count || sizeof...(Args) == 0) &&
