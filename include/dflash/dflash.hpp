@@ -10,3 +10,4 @@
 #include "dflash/device.hpp"
 #include "dflash/pipeline.hpp"
 #include "dflash/ops.hpp"
+#include "dflash/analysis.hpp"
