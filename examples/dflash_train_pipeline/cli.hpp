@@ -177,6 +177,24 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
       ->check(seconds(min_interval_s, max_progress_interval_s))
       ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress lines");
+  auto* advice = app.add_flag("--advice", o.advice,
+                              "periodic profile tables also name the limiting stage and the changes with the largest "
+                              "predicted gain (the final report always does; profiled build)");
+  auto* what_if = app.add_option("--what-if", o.what_if,
+                                 "predict throughput for a change from this run's profile, e.g. "
+                                 "target_forward.workers=3, hs_queue.depth=8, drafter.speed=2 (comma-joined changes "
+                                 "form one configuration; repeatable; profiled build)");
+  app.add_option("--slow-drafter", o.slow_drafter,
+                 "each drafter step takes this many times as long (the extra time spins on the CPU): a known "
+                 "slowdown to check predictions against")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            const auto v = parse_decimal<double>(s);
+            if (!v || !(*v >= 1 && *v <= 100)) return "must be a number in [1, 100], got " + s;
+            return {};
+          },
+          "FACTOR in [1, 100]"))
+      ->capture_default_str();
   std::string ranks;
   auto* ranks_opt = app.add_option("--ranks", ranks,
                                    "run as an MPI job (under mpirun, builds with MPI): target=T,drafter=1 — ranks "
@@ -205,6 +223,8 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
     if (fmt->count() > 0) return usage(std::string("--profile-format") + needs);
     if (all_keys->count() > 0) return usage(std::string("--profile-all-keys") + needs);
     if (o.profile_interval != 0) return usage(std::string("--profile-interval") + needs);
+    if (advice->count() > 0) return usage(std::string("--advice") + needs);
+    if (what_if->count() > 0) return usage(std::string("--what-if") + needs);
   }
   if (trace->count() > 0 && o.trace.empty()) return usage("--trace: the file name is empty");
   if (results->count() > 0 && o.results.empty()) return usage("--results: the file name is empty");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dflash_example {
 
@@ -32,6 +33,9 @@ struct Options {
   bool quiet = false;                   ///< no progress lines (benchmarks)
   std::int32_t target_ranks = 0;        ///< --ranks target=T,drafter=D under mpirun; 0 = one process
   std::int32_t drafter_ranks = 0;
+  bool advice = false;                  ///< --advice: the periodic profile tables carry the bottleneck and what-ifs too
+  std::vector<std::string> what_if;     ///< --what-if: configurations to predict from this run's profile
+  double slow_drafter = 1;              ///< --slow-drafter F: each drafter step takes F times as long (CPU spin)
 };
 
 }  // namespace dflash_example

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -384,6 +385,14 @@ class Console {
   bool pending_ = false;
 };
 
+/// CPU time of the calling thread (not wall time: a spin measured in wall time
+/// would cost less CPU whenever the thread is descheduled).
+inline double thread_cpu_ns() noexcept {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+}
+
 /// The drafter train loop: one clipped-Adam step per HS entry.
 template <dflash::ProfilerPolicy P>
 struct drafter_train {
@@ -405,6 +414,7 @@ struct drafter_train {
   clock::time_point start = clock::now();
   clock::time_point last_print = start;
   std::int64_t seen = 0;
+  double slowdown = 1;  ///< --slow-drafter
 
   void operator()(std::unique_ptr<HsItem>&& item) {
     if (item->finish_on_host) {  // --device cuda: the postprocess's CPU part, now that its copy is done
@@ -426,7 +436,13 @@ struct drafter_train {
       StepStats s;
       {
         auto t = prof->scope("drafter_step"_key);
+        const double cpu0 = slowdown > 1 ? thread_cpu_ns() : 0;
         s = drafter->train_step(b);
+        if (slowdown > 1) {  // --slow-drafter: (F - 1) x the step's own CPU time, spent on the CPU
+          const double until = thread_cpu_ns() + (thread_cpu_ns() - cpu0) * (slowdown - 1);
+          while (thread_cpu_ns() < until) {
+          }
+        }
       }
       log->losses.push_back(s.loss);
       log->last_accuracy = s.accuracy;

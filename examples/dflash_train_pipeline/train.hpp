@@ -26,6 +26,7 @@
 #include <dflash/device/cuda_backend.hpp>
 #endif
 
+#include "advice.hpp"
 #include "cli.hpp"
 #include "signals.hpp"
 #include "stages.hpp"
@@ -35,6 +36,7 @@ namespace dflash_example {
 struct RunResult {
   TrainLog log;
   double seconds = 0;
+  std::string advice;  ///< profiled build: the bottleneck and what-if section of the whole run
   [[nodiscard]] double tokens_per_second() const noexcept {
     return seconds > 0 ? static_cast<double>(log.tokens) / seconds : 0.0;
   }
@@ -83,16 +85,30 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
 
   Drafter drafter(setup.drafter_cfg);
   RunResult r;
+  drafter_train<P> sink(prof, &drafter, &r.log, &console, o.steps, o.progress_interval);
+  sink.slowdown = o.slow_drafter;
   pipeline p(prof, shape, batch_source(&setup), target_forward<P, B>(prof, &setup, targets),
-             postprocess<P, B>(prof, &setup, device),
-             drafter_train<P>(prof, &drafter, &r.log, &console, o.steps, o.progress_interval));
+             postprocess<P, B>(prof, &setup, device), std::move(sink));
 
   const dflash::reporter_options ropt{
       o.profile_format == output_format::json ? dflash::report_format::json : dflash::report_format::table,
       dflash::report_reset::keep, table_options(o)};
+  double cpu0 = 0;  // the process's CPU time when the profile window starts (the what-if model's core count)
   dflash::periodic_reporter<Stats> reporter(
-      stats, std::chrono::duration<double>(o.profile_interval), [&console](std::string_view s) { console.block(s); },
+      stats, std::chrono::duration<double>(o.profile_interval),
+      [&](std::string_view s) {
+        if constexpr (Stats::enabled)  // --advice: the analysis of the same (kept) window follows the table
+          if (o.advice) {
+            console.block(std::string(s) + advice_text(stats.snapshot(), p.layout(), o, process_cpu_ns() - cpu0, 0));
+            return;
+          }
+        console.block(s);
+      },
       ropt);
+  if constexpr (Stats::enabled) {
+    stats.clear();  // the window starts with the run (nothing recorded yet)
+    cpu0 = process_cpu_ns();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   reporter.start();
   p.run();
@@ -105,6 +121,12 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   reporter.stop();
+  if constexpr (Stats::enabled) {
+    const auto snap = stats.snapshot();
+    const double steps = static_cast<double>(r.log.digests.size());
+    r.advice = advice_text(snap, p.layout(), o, process_cpu_ns() - cpu0,
+                           steps > 0 ? static_cast<double>(r.log.tokens) / steps : 0);
+  }
   return r;
 }
 
@@ -190,6 +212,13 @@ int train_main(int argc, char** argv) {
     return exit_usage;
 #endif
   }
+  if constexpr (profiled)  // a misspelt --what-if is a usage error before any work
+    if (const std::string why = bad_what_if(o, train_pipeline_twin<dflash::NullProfiler>::layout(
+            train_pipeline_twin<dflash::NullProfiler>::default_shape()));
+        !why.empty()) {
+      std::cerr << self << ": error: --" << why << "\nRun with --help for the options.\n";
+      return exit_usage;
+    }
   const signal_watch signals(self);  // [signals] before any thread starts; exit code below
 
   std::unique_ptr<device_postprocessor> device;
@@ -226,6 +255,7 @@ int train_main(int argc, char** argv) {
       dflash::report_options final_opt = table_options(o);
       final_opt.format = fmt;
       console.block("final profile (whole run):\n" + stats.summary(final_opt));
+      console.block(r.advice);
     } else {
       dflash::NullProfiler none;
       r = run_training(setup, none, none, console, device.get());

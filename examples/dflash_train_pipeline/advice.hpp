@@ -1,0 +1,72 @@
+#pragma once
+// The example's advice: which stage limits tokens/s and what a change would
+// buy (dflash/analysis.hpp), with the flag of this program that makes each
+// change. Printed after the final profile, in periodic tables with --advice,
+// and for the configurations --what-if names.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#if __has_include(<sys/resource.h>)
+#include <sys/resource.h>
+#endif
+
+#include <dflash/analysis.hpp>
+
+#include "options.hpp"
+
+namespace dflash_example {
+
+/// CPU time this process has used so far (user + system), in ns; 0 where unknown.
+inline double process_cpu_ns() noexcept {
+#if __has_include(<sys/resource.h>)
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto ns = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_usec) * 1e3; };
+  return ns(u.ru_utime) + ns(u.ru_stime);
+#else
+  return 0;
+#endif
+}
+
+/// What each change is called on this program's command line.
+inline dflash::analysis::advice_options advice_options_for(const Options& o, const dflash::analysis::pipeline_layout& lay) {
+  dflash::analysis::advice_options a;
+  a.knobs = {{"target_forward.workers", "--target-workers"},
+             {"batch_queue.depth", "--batch-queue-depth"},
+             {"hs_device.depth", "--post-queue-depth"},
+             {"hs_queue.depth", "--hs-queue-depth"}};
+  for (const auto& w : o.what_if) a.requested.push_back(dflash::analysis::parse_scenario(w, lay));
+  a.format = o.profile_format == output_format::json ? dflash::report_format::json : dflash::report_format::table;
+  a.unit = "steps/s";
+  return a;
+}
+
+/// Every --what-if names a stage or link of this pipeline, with a valid value: empty, or why not.
+inline std::string bad_what_if(const Options& o, const dflash::analysis::pipeline_layout& lay) {
+  try {
+    (void)advice_options_for(o, lay);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
+
+/// The advice section for one profile window. tokens_per_step > 0 prints tokens/s; cpu_ns: the
+/// process's CPU time over the window (0 = unknown).
+inline std::string advice_text(const dflash::profile_snapshot& snap, const dflash::analysis::pipeline_layout& lay,
+                               const Options& o, double cpu_ns, double tokens_per_step) {
+  auto a = advice_options_for(o, lay);
+  a.model.process_cpu_ns = cpu_ns;
+  a.model.seed = o.seed;
+  if (tokens_per_step > 0) {
+    a.unit = "tokens/s";
+    a.units_per_item = tokens_per_step;
+  }
+  std::string out = dflash::analysis::format_advice(dflash::analysis::advise(snap, lay, a), a);
+  if (a.format == dflash::report_format::json) out = "{\"advice\":" + out + "}\n";
+  return out;
+}
+
+}  // namespace dflash_example
