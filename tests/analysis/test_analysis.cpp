@@ -317,6 +317,12 @@ TEST_CASE("what-if: scenarios are parsed strictly; advice names the flag", "[ana
   CHECK(j["bottleneck"]["limiting"] == "sink");
   CHECK(j["what_if"][0]["change"] == "sink.speed=2");
   CHECK(j["requested"][0]["how"] == "--mid-workers 3");
+  // The top three are speedups (no flag): the best change a flag makes is listed after them.
+  REQUIRE(j["best_with_flag"].size() == 1);
+  CHECK(j["best_with_flag"][0]["how"].get<std::string>().rfind("--mid-workers", 0) == 0);
+  o.format = dflash::report_format::table;
+  CHECK(da::format_advice(a, o).find("best change a flag makes:") != std::string::npos);
+  o.format = dflash::report_format::json;
 
   // Not enough data reaches the advice too.
   auto thin = sink_bound();

@@ -50,6 +50,25 @@ inline advice advise(const profile_snapshot& snap, const pipeline_layout& lay, c
   return a;
 }
 
+/// Every change of `sc` has a flag in `o.knobs` (speedups never do).
+inline bool has_flags(const scenario& sc, const advice_options& o) {
+  for (const auto& c : sc.changes) {
+    if (c.what == change::kind::speed) return false;
+    const std::string key = c.target + (c.what == change::kind::workers ? ".workers" : ".depth");
+    bool found = false;
+    for (const auto& kv : o.knobs) found = found || kv.first == key;
+    if (!found) return false;
+  }
+  return !sc.changes.empty();
+}
+
+/// The best-ranked change that a flag makes, when the top `o.top` have none (nullptr otherwise).
+inline const prediction* best_with_flag(const advice& a, const advice_options& o) {
+  for (std::size_t i = 0; i < a.ranked.size(); ++i)
+    if (has_flags(a.ranked[i].what, o)) return i < o.top ? nullptr : &a.ranked[i];
+  return nullptr;
+}
+
 /// How to make a change: the flag and value when the program has one.
 inline std::string how_to(const scenario& sc, const advice_options& o) {
   std::string out;
@@ -102,6 +121,8 @@ inline std::string format_advice(const advice& a, const advice_options& o) {
       out += ']';
     };
     list("what_if", a.ranked);
+    const prediction* f = best_with_flag(a, o);
+    list("best_with_flag", f ? std::vector<prediction>{*f} : std::vector<prediction>{});
     list("requested", a.requested);
     out += '}';
     return out;
@@ -120,6 +141,10 @@ inline std::string format_advice(const advice& a, const advice_options& o) {
   };
   const std::size_t n = std::min(o.top, a.ranked.size());
   for (std::size_t i = 0; i < n; ++i) row(a.ranked[i]);
+  if (const prediction* f = best_with_flag(a, o)) {
+    out += "best change a flag makes:\n";
+    row(*f);
+  }
   if (!a.requested.empty()) {
     out += "requested:\n";
     for (const auto& p : a.requested) row(p);
