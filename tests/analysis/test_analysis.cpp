@@ -257,6 +257,24 @@ TEST_CASE("find_bottleneck: thin or impossible data says 'not enough data'", "[a
   }
 }
 
+TEST_CASE("find_bottleneck: a serial stage on a direct segment's threads is judged against those threads",
+          "[analysis][bottleneck]") {
+  // src -direct-> mid x4 -direct-> sink: src and sink run one call at a time on mid's 4 threads,
+  // which queue for their turn (3.2 s of src.wait over 4 threads is no anomaly).
+  da::pipeline_layout l;
+  l.stages = {{"src", 1}, {"mid", 4}, {"sink", 1}};
+  l.links = {{"q", link_kind::direct, 8}, {"r", link_kind::direct, 8}};
+  dflash::profile_snapshot s;
+  s.window_ns = 1'000'000'000;
+  s.keys = {key("src.work", 100, 2'000'000), total("src.wait", 100, 3'200'000'000),
+            key("mid.work", 100, 20'000'000), key("sink.work", 100, 1'000'000), total("r.push_wait", 100, 400'000'000)};
+  const auto r = da::find_bottleneck(s, l);
+  REQUIRE(r.ok);
+  CHECK(r.stages[0].starved == Approx(0.8));  // over 4 threads
+  CHECK(r.stages[1].blocked == Approx(0.1));
+  CHECK(r.limiting == da::pipeline_layout::npos);  // mid 50 %, src 20 %: nobody saturated
+}
+
 // ------------------------------------------------------------------ what-if ---
 
 TEST_CASE("what-if: predictions on a profile of deterministic stages", "[analysis][what_if]") {

@@ -89,6 +89,15 @@ inline bottleneck_report find_bottleneck(const profile_snapshot& snap, const pip
     return fail("the window is " + std::to_string(snap.window_ns / 1000) + " us long (need at least " +
                 std::to_string(opt.min_window_ns / 1'000'000) + " ms)");
   const double W = static_cast<double>(snap.window_ns);
+  // Stages joined by direct links run on the threads of their segment's
+  // parallel stage: their waits (for a serial stage's turn) add up over those threads.
+  std::vector<std::size_t> threads(lay.stages.size());
+  for (std::size_t a = 0; a < lay.stages.size();) {
+    std::size_t b = a, most = lay.stages[a].workers;
+    while (b + 1 < lay.stages.size() && lay.links[b].kind == link_kind::direct) most = std::max(most, lay.stages[++b].workers);
+    for (std::size_t k = a; k <= b; ++k) threads[k] = most;
+    a = b + 1;
+  }
   for (std::size_t j = 0; j < lay.stages.size(); ++j) {
     const stage_layout& st = lay.stages[j];
     const key_stats* work = detail::recorded(snap, st.name + ".work");
@@ -106,14 +115,16 @@ inline bottleneck_report find_bottleneck(const profile_snapshot& snap, const pip
         f.mean_service_ns = gpu->mean_ns();
       }
     const double cap = W * static_cast<double>(st.workers);
+    const double thread_cap = W * static_cast<double>(threads[j]);
     const double push = j + 1 < lay.stages.size() ? detail::total_of(snap, lay.links[j].name + ".push_wait") : 0.0;
     const double wait = detail::total_of(snap, st.name + ".wait");
     f.utilisation = busy / cap;
-    f.blocked = push / cap;
-    f.starved = std::max(0.0, wait - push) / cap;
-    if (f.utilisation > opt.anomaly_tolerance || (static_cast<double>(work->total_ns) + wait) > opt.anomaly_tolerance * cap)
-      return fail("clock anomaly: stage " + st.name + " recorded " + detail::pct((static_cast<double>(work->total_ns) + wait) / cap) +
-                  " of its " + std::to_string(st.workers) + " worker(s) x window (work + wait cannot exceed 100 %)");
+    f.blocked = push / thread_cap;
+    f.starved = std::max(0.0, wait - push) / thread_cap;
+    const double recorded = static_cast<double>(work->total_ns) + wait;
+    if (f.utilisation > opt.anomaly_tolerance || recorded > opt.anomaly_tolerance * thread_cap)
+      return fail("clock anomaly: stage " + st.name + " recorded " + detail::pct(recorded / thread_cap) + " of its " +
+                  std::to_string(threads[j]) + " thread(s) x window (work + wait cannot exceed 100 %)");
     r.stages.push_back(std::move(f));
   }
   if (r.items < opt.min_items)
