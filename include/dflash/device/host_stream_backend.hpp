@@ -125,10 +125,10 @@ class host_stream_backend {
   void copy(void* dst, const void* src, std::size_t bytes, stream_type s) {
     if (bytes == 0) return;
     if (dst == nullptr || src == nullptr) {
-      enqueue(s, [dst, src, bytes] {
-        throw std::invalid_argument(std::string("dflash::host_stream_backend::copy: invalid argument: ") +
-                                    (dst == nullptr ? "destination" : "source") + " is null (" +
-                                    std::to_string(bytes) + " bytes)");
+      const char* which = dst == nullptr ? "destination" : "source";
+      enqueue(s, [which, bytes] {
+        throw std::invalid_argument(std::string("dflash::host_stream_backend::copy: invalid argument: ") + which +
+                                    " is null (" + std::to_string(bytes) + " bytes)");
       });
       return;
     }
