@@ -84,6 +84,22 @@ using drafter_rank_pipeline = dflash::Pipeline<P,                               
 using mpi_train_keys =
     dflash::key_set_cat_t<dflash::pipeline_keys_t<target_rank_twin>, dflash::pipeline_keys_t<drafter_rank_pipeline>>;
 
+/// The run-time shapes the CLI gives each rank's pipeline.
+template <class P, class B>
+typename target_rank_pipeline<P, B>::shape_type target_shape(const Options& o) {
+  auto shape = target_rank_pipeline<P, B>::default_shape();
+  shape.workers[1] = static_cast<std::size_t>(o.target_workers);
+  shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
+  shape.depths[1] = static_cast<std::size_t>(o.post_queue_depth);
+  return shape;
+}
+template <class P>
+typename drafter_rank_pipeline<P>::shape_type drafter_shape(const Options& o) {
+  auto shape = drafter_rank_pipeline<P>::default_shape();
+  shape.depths[1] = static_cast<std::size_t>(o.hs_queue_depth);
+  return shape;
+}
+
 template <dflash::ProfilerPolicy Stats>
 int mpi_train_main(const Options& o, int argc, char** argv) {
   constexpr bool profiled = Stats::enabled;
@@ -126,20 +142,14 @@ int mpi_train_main(const Options& o, int argc, char** argv) {
     }
     if (target) {
       using pipeline = target_rank_pipeline<P, B>;
-      auto shape = pipeline::default_shape();
-      shape.workers[1] = static_cast<std::size_t>(o.target_workers);
-      shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
-      shape.depths[1] = static_cast<std::size_t>(o.post_queue_depth);
-      pipeline p(prof, shape, strided_source{&setup, static_cast<std::int64_t>(job.rank()), static_cast<std::int64_t>(T)},
+      pipeline p(prof, target_shape<P, B>(o), strided_source{&setup, static_cast<std::int64_t>(job.rank()), static_cast<std::int64_t>(T)},
                  target_forward<P, B>(prof, &setup, static_cast<std::size_t>(o.target_workers)),
                  postprocess<P, B>(prof, &setup, nullptr), dflash::mpi::mpi_link_sink<P, hs_link>{&link, prof});
       job.run(p);
     } else {
       using pipeline = drafter_rank_pipeline<P>;
-      auto shape = pipeline::default_shape();
-      shape.depths[1] = static_cast<std::size_t>(o.hs_queue_depth);
       Drafter drafter(setup.drafter_cfg);
-      pipeline p(prof, shape, dflash::mpi::mpi_link_source<P, hs_link>{&link, prof}, unpack<P>{},
+      pipeline p(prof, drafter_shape<P>(o), dflash::mpi::mpi_link_source<P, hs_link>{&link, prof}, unpack<P>{},
                  drafter_train<P>(prof, &drafter, &r.log, &console, o.steps, o.progress_interval));
       job.run(p);
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -150,9 +160,18 @@ int mpi_train_main(const Options& o, int argc, char** argv) {
   }
   const auto res = job.finish();
   if (job.rank() == 0) {
-    if (profiled && res.profile)
+    if (profiled && res.profile) {
       console.block("final job profile (whole run, every rank):\n" +
                     (json ? dflash::mpi::format_job_json(*res.profile) : dflash::mpi::format_job_table(*res.profile)));
+      // Each rank's pipeline judged from its own snapshot: rank 0 knows every rank's role.
+      const auto target_layout = target_rank_pipeline<P, B>::layout(target_shape<P, B>(o));
+      const auto drafter_layout = drafter_rank_pipeline<P>::layout(drafter_shape<P>(o));
+      const auto layout_of = [&](int rank) { return rank < T ? target_layout : drafter_layout; };
+      console.block(std::string(json ? "" : "bottleneck per rank:\n") +
+                    dflash::mpi::format_job_bottlenecks(*res.profile, layout_of,
+                                                        json ? dflash::report_format::json : dflash::report_format::table) +
+                    (json ? "\n" : ""));
+    }
     if (!res.ok) std::fprintf(stderr, "%s: error: %s\n", self, res.error.c_str());
   }
   return res.ok ? 0 : exit_failure;
