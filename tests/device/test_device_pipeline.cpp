@@ -513,3 +513,14 @@ TEST_CASE("device link under contention: no item lost, no early end (4 x 4 worke
   }
   CHECK(short_rounds == 0);
 }
+
+TEST_CASE("layout(): device stages and links, and where the backend runs enqueued work", "[device][pipeline]") {
+  const auto l = twin_pipeline<NullProfiler>::layout(twin_pipeline<NullProfiler>::default_shape());
+  REQUIRE(l.well_formed());
+  CHECK(l.stages[1].device);  // fill and verify sit next to the device link
+  CHECK(l.stages[2].device);
+  CHECK_FALSE(l.stages[3].device);
+  CHECK(l.links[1].kind == dflash::analysis::link_kind::device);
+  CHECK(l.device_work_on_cpu);  // the host twin's streams are executor threads
+  STATIC_REQUIRE(B::work_on_host_cores);
+}

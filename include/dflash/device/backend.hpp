@@ -51,6 +51,7 @@ concept DeviceBackend = requires(B& b, const B& cb, typename B::stream_type s, t
   typename B::stream_type;
   typename B::event_type;
   { B::name } -> std::convertible_to<const char*>;
+  { B::work_on_host_cores } -> std::convertible_to<bool>;  // enqueued work competes with host threads for CPU
   { b.create_stream() } -> std::same_as<typename B::stream_type>;
   b.destroy_stream(s);
   { b.create_event(true) } -> std::same_as<typename B::event_type>;

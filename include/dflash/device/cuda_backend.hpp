@@ -44,6 +44,7 @@ namespace detail {
 class cuda_backend {
  public:
   static constexpr const char* name = "cuda";
+  static constexpr bool work_on_host_cores = false;  // kernels run on the GPU
   using stream_type = cudaStream_t;
   using event_type = cudaEvent_t;
 

@@ -41,6 +41,7 @@ namespace dflash {
 class host_stream_backend {
  public:
   static constexpr const char* name = "host twin";
+  static constexpr bool work_on_host_cores = true;  // each stream is an executor thread
 
   class stream_state;
   class event_state;

@@ -538,8 +538,7 @@ class Pipeline {
   /// analysis (analysis/bottleneck.hpp, analysis/what_if.hpp); built on demand, never on a hot path.
   [[nodiscard]] static analysis::pipeline_layout layout(const shape_type& s) {
     analysis::pipeline_layout out;
-    if constexpr (has_device_links)  // the host twin's "device" work runs on executor threads
-      out.device_work_on_cpu = std::string_view(backend_type::name) == "host twin";
+    if constexpr (has_device_links) out.device_work_on_cpu = backend_type::work_on_host_cores;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (out.stages.push_back({std::string(stage_type<I>::name.view()), s.workers[I], device_stage<I>, in_order_at<I>}),
        ...);
