@@ -39,6 +39,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "dflash/detail/capacity.hpp"
 #include "dflash/device/backend.hpp"
 #include "dflash/device/device_stream.hpp"
 #include "dflash/profile/fixed_string.hpp"
@@ -201,7 +202,7 @@ class device_channel {
     if (depth == 0)
       throw std::invalid_argument("dflash::device_channel '" + std::string(Name.view()) +
                                   "': depth must be at least 1 (got 0)");
-    bounded_queue<std::size_t>::check_capacity(depth, "dflash::device_channel '" + std::string(Name.view()) + "'");
+    detail::check_capacity(depth, "dflash::device_channel '" + std::string(Name.view()) + "'");
     return depth;
   }
   // The slot goes back to the free list behind an event on the stream that

@@ -81,6 +81,7 @@
 #include <boost/hana/tuple.hpp>
 
 #include "dflash/analysis/pipeline_layout.hpp"
+#include "dflash/detail/capacity.hpp"
 #include "dflash/detail/spin.hpp"
 #include "dflash/device/backend.hpp"
 #include "dflash/device/device_channel.hpp"
@@ -726,7 +727,7 @@ class Pipeline {
       if (s.depths[i] == 0)
         throw std::invalid_argument("dflash::Pipeline: queue " + std::to_string(i) + " needs a depth of at least 1 (got 0)");
       // One limit for every link kind, whatever it allocates (a direct link's window allocates nothing).
-      if (s.depths[i] > bounded_queue<int>::max_capacity)
+      if (s.depths[i] > detail::max_ring_capacity)
         throw std::invalid_argument("dflash::Pipeline: queue " + std::to_string(i) + " needs a depth of at most 2^61 (got " +
                                     std::to_string(s.depths[i]) + ")");
     }

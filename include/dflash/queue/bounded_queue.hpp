@@ -49,6 +49,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "dflash/detail/capacity.hpp"
 #include "dflash/detail/deadline.hpp"
 #include "dflash/detail/spin.hpp"
 #include "dflash/profile/fixed_string.hpp"
@@ -139,16 +140,8 @@ class bounded_queue {
     not_empty_.notify_all();
   }
 
-  /// The largest capacity the position encoding serves (far beyond any memory).
-  static constexpr std::size_t max_capacity = std::size_t{1} << 61;
-  /// The one validation of a capacity or link depth (queues, device links):
-  /// std::invalid_argument "<who>: capacity must be ..." for 0 or > max_capacity.
-  static void check_capacity(std::size_t capacity, std::string_view who) {
-    if (capacity == 0) throw std::invalid_argument(std::string(who) + ": capacity must be at least 1 (got 0)");
-    if (capacity > max_capacity)
-      throw std::invalid_argument(std::string(who) + ": capacity must be at most 2^61 (got " +
-                                  std::to_string(capacity) + ")");
-  }
+  /// The largest capacity the position encoding serves (detail/capacity.hpp).
+  static constexpr std::size_t max_capacity = detail::max_ring_capacity;
 
   [[nodiscard]] bool closed() const noexcept { return (enq_.load(std::memory_order_acquire) & closed_bit) != 0; }
   /// Items in the queue (reserved pushes minus reserved pops; exact when quiescent).
@@ -181,7 +174,7 @@ class bounded_queue {
   };
 
   static std::size_t checked(std::size_t capacity) {
-    check_capacity(capacity, "dflash::bounded_queue '" + std::string(Name.view()) + "'");
+    detail::check_capacity(capacity, "dflash::bounded_queue '" + std::string(Name.view()) + "'");
     return capacity;
   }
 

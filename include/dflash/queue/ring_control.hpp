@@ -34,6 +34,7 @@
 #include <cuda/atomic>
 
 #include "dflash/config.hpp"
+#include "dflash/detail/capacity.hpp"
 
 namespace dflash {
 
@@ -67,19 +68,12 @@ class ring_control {
   static constexpr unsigned long long closed_bit = 1ull << 63;
   using atomic_ref = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
 
-  /// Largest capacity the encoding serves (sequence differences, 2 * capacity,
-  /// must fit a signed 64-bit word); far beyond any memory, but checked.
-  static constexpr unsigned long long max_capacity = 1ull << 61;
+  /// Largest capacity the encoding serves (detail/capacity.hpp).
+  static constexpr unsigned long long max_capacity = detail::max_ring_capacity;
 
   /// Host-side validation for owners of a ring (host_ring, device_queue):
   /// throws std::invalid_argument "<who>: capacity must be ..." for 0 or > max_capacity.
-  static void check_capacity(std::size_t capacity, std::string_view who) {
-    if (capacity == 0)
-      throw std::invalid_argument(std::string(who) + ": capacity must be at least 1 (got 0)");
-    if (capacity > max_capacity)
-      throw std::invalid_argument(std::string(who) + ": capacity must be at most " + std::to_string(max_capacity) +
-                                  " (got " + std::to_string(capacity) + ")");
-  }
+  static void check_capacity(std::size_t capacity, std::string_view who) { detail::check_capacity(capacity, who); }
 
   /// Bytes an owner allocates for a ring of `capacity` slots of `slot_bytes`
   /// each: its sequence words and its slots.
