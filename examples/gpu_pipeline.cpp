@@ -82,15 +82,15 @@ struct Print {  // host sink
 };
 
 template <class P, class B>
-using gpu_pipeline = dflash::Pipeline<P, Steps, dflash::queue_spec<"steps_q", 8>, dflash::workers<Forward<B>, 2>,
-                                      dflash::device_link<"rows", 4>, Reduce<B>, dflash::queue_spec<"sums", 16>,
+using gpu_pipeline = dflash::Pipeline<P, Steps, dflash::queue_link<"steps_q", 8>, dflash::workers<Forward<B>, 2>,
+                                      dflash::device_link<"rows", 4>, Reduce<B>, dflash::queue_link<"sums", 16>,
                                       Print<B>>;
 template <class P>
 using twin_pipeline = gpu_pipeline<P, dflash::host_stream_backend>;  // the keys do not depend on the backend
 
 template <class B>  // the same pipeline on backend B; true when the total is right
 bool run() {
-  dflash::AccumulatingProfiler<dflash::pipeline_keys_t<twin_pipeline>> prof;
+  dflash::AccumulatingProfiler<dflash::pipeline_keys<twin_pipeline<dflash::NullProfiler>>> prof;
   gpu_pipeline<decltype(prof), B> p(prof);
   p.run();
   p.join();

@@ -16,15 +16,15 @@ int main() {
     sum += v;
   });
   auto build = [&](const auto& prof) {
-    return dflash::make_pipeline(prof, numbers, dflash::queue_spec<"in", 64>{}, dflash::parallel<2>(square),
-                                 dflash::queue_spec<"out", 64>{}, dflash::in_order(add));
+    return dflash::make_pipeline(prof, numbers, dflash::queue_link<"in", 64>{}, dflash::parallel<2>(square),
+                                 dflash::queue_link<"out", 64>{}, dflash::in_order(add));
   };
 
   build(dflash::NullProfiler{}).run_to_completion();  // plain build: nothing recorded, nothing paid
   std::printf("sum %lld, in order: %s\n", sum, ordered ? "yes" : "no");
 
   next = 0, sum = 0, last = -1;
-  dflash::AccumulatingProfiler<dflash::pipeline_keys_of<decltype(build)>> prof;
+  dflash::AccumulatingProfiler<dflash::pipeline_keys<decltype(build)>> prof;
   build(prof).run_to_completion();                    // profiled build: per-stage wait / work, queue waits
   std::printf("sum %lld, in order: %s\n%s", sum, ordered ? "yes" : "no", prof.summary().c_str());
 }

@@ -97,8 +97,8 @@ struct Sink {
 };
 
 template <class P>
-using synthetic = dflash::Pipeline<P, Source, dflash::queue_spec<"q_in", 8>, dflash::workers<Decode, 1>,
-                                   dflash::queue_spec<"q_mid", 8>, Transform, dflash::queue_spec<"q_out", 8>, Sink>;
+using synthetic = dflash::Pipeline<P, Source, dflash::queue_link<"q_in", 8>, dflash::workers<Decode, 1>,
+                                   dflash::queue_link<"q_mid", 8>, Transform, dflash::queue_link<"q_out", 8>, Sink>;
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
@@ -117,7 +117,7 @@ double number(const char* flag, const char* v, double lo, double hi) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using profiler = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<synthetic>>;
+  using profiler = dflash::AccumulatingProfiler<dflash::pipeline_keys<synthetic<dflash::NullProfiler>>>;
   using pipe = synthetic<profiler>;
   auto shape = pipe::default_shape();
   std::uint64_t items = 600;

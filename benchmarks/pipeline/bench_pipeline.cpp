@@ -76,10 +76,10 @@ struct train {
 
 template <class P>
 using train_pipeline =
-    dflash::Pipeline<P, batches<P>, dflash::queue_spec<"batch_queue", 8>,
-                     dflash::workers<timed_stage<P, "target">, target_workers>, dflash::queue_spec<"post_queue", 8>,
-                     timed_stage<P, "post">, dflash::queue_spec<"hs_queue", 60>, train<P>>;
-using acc = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<train_pipeline>>;
+    dflash::Pipeline<P, batches<P>, dflash::queue_link<"batch_queue", 8>,
+                     dflash::workers<timed_stage<P, "target">, target_workers>, dflash::queue_link<"post_queue", 8>,
+                     timed_stage<P, "post">, dflash::queue_link<"hs_queue", 60>, train<P>>;
+using acc = dflash::AccumulatingProfiler<dflash::pipeline_keys<train_pipeline<dflash::NullProfiler>>>;
 
 double seconds(std::chrono::microseconds d) { return std::chrono::duration<double>(d).count(); }
 

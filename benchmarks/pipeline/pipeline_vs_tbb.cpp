@@ -99,8 +99,8 @@ struct sink {
   void operator()(int&& x) { *sum += x; }
 };
 using dflash_pipeline =
-    dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"a", 8>, dflash::workers<work, 2>,
-                     dflash::queue_spec<"b", 8>, dflash::in_order<serial>, dflash::queue_spec<"c", 8>, sink>;
+    dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_link<"a", 8>, dflash::workers<work, 2>,
+                     dflash::queue_link<"b", 8>, dflash::in_order<serial>, dflash::queue_link<"c", 8>, sink>;
 
 // The same stages joined by direct links: no queue and no thread of their own;
 // the source, the in-order stage and the sink run on the two workers' threads
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     for (const bool direct : {false, true}) {
       const auto q = dflash_bench::summarize(direct ? cf.ratio_direct : cf.ratio);
       std::printf("| %s | %zu | %s | %.2f | %.2f-%.2f | %.2f | %.2f | %.0f |\n", cf.what, cf.depth,
-                  direct ? "direct_link" : "queue_spec", q.median, q.min, q.max, median(direct ? cf.cpu_direct : cf.cpu_d),
+                  direct ? "direct_link" : "queue_link", q.median, q.min, q.max, median(direct ? cf.cpu_direct : cf.cpu_d),
                   median(cf.cpu_t), median(cf.tput_t));
     }
   }
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
       std::snprintf(shape, sizeof shape, "%s, depth %zu", cf.what, cf.depth);
       std::snprintf(extra, sizeof extra, "\"subject_cpu_us_per_item\":%.3f,\"anchor_cpu_us_per_item\":%.3f",
                     median(direct ? cf.cpu_direct : cf.cpu_d), median(cf.cpu_t));
-      cmp.add_row(shape, direct ? "dflash::Pipeline (direct_link)" : "dflash::Pipeline (queue_spec)",
+      cmp.add_row(shape, direct ? "dflash::Pipeline (direct_link)" : "dflash::Pipeline (queue_link)",
                   "tbb::parallel_pipeline", rounds, median(direct ? cf.tput_x : cf.tput_d), median(cf.tput_t),
                   dflash_bench::summarize(direct ? cf.ratio_direct : cf.ratio), extra);
     }

@@ -68,21 +68,21 @@ struct unpack {
 
 template <class P, class B>
 using target_rank_pipeline = dflash::Pipeline<P,                                                  //
-                                              strided_source, dflash::queue_spec<"batch_queue", 8>,  //
+                                              strided_source, dflash::queue_link<"batch_queue", 8>,  //
                                               dflash::workers<target_forward<P, B>, 2>,            //
                                               dflash::device_link<"hs_device", 4>,                 //
-                                              postprocess<P, B>, dflash::queue_spec<"hs_out", 8>,  //
+                                              postprocess<P, B>, dflash::queue_link<"hs_out", 8>,  //
                                               dflash::mpi::mpi_link_sink<P, hs_link>>;
 template <class P>
 using target_rank_twin = target_rank_pipeline<P, dflash::host_stream_backend>;
 template <class P>
 using drafter_rank_pipeline = dflash::Pipeline<P,                                                          //
                                                dflash::mpi::mpi_link_source<P, hs_link>,                   //
-                                               dflash::queue_spec<"hs_in", 8>, unpack<P>,                  //
-                                               dflash::queue_spec<"hs_queue", 60>, drafter_train<P>>;
+                                               dflash::queue_link<"hs_in", 8>, unpack<P>,                  //
+                                               dflash::queue_link<"hs_queue", 60>, drafter_train<P>>;
 /// One key set for every rank (the job checks that at start-up).
 using mpi_train_keys =
-    dflash::key_set_cat_t<dflash::pipeline_keys_t<target_rank_twin>, dflash::pipeline_keys_t<drafter_rank_pipeline>>;
+    dflash::key_set_cat_t<dflash::pipeline_keys<target_rank_twin<dflash::NullProfiler>>, dflash::pipeline_keys<drafter_rank_pipeline<dflash::NullProfiler>>>;
 
 /// The run-time shapes the CLI gives each rank's pipeline.
 template <class P, class B>

@@ -470,10 +470,10 @@ struct drafter_train {
 
 template <class P, class B>
 using train_pipeline = dflash::Pipeline<P,                                                    //
-                                        batch_source, dflash::queue_spec<"batch_queue", 8>,   //
+                                        batch_source, dflash::queue_link<"batch_queue", 8>,   //
                                         dflash::workers<target_forward<P, B>, 2>,             //
                                         dflash::device_link<"hs_device", 4>,                  //
-                                        postprocess<P, B>, dflash::queue_spec<"hs_queue", 60>,  //
+                                        postprocess<P, B>, dflash::queue_link<"hs_queue", 60>,  //
                                         drafter_train<P>>;
 
 /// The host-twin instance (keys do not depend on the backend or the policy).
@@ -481,6 +481,6 @@ template <class P>
 using train_pipeline_twin = train_pipeline<P, dflash::host_stream_backend>;
 
 /// Every key the pipeline records, known at compile time.
-using train_keys = dflash::pipeline_keys_t<train_pipeline_twin>;
+using train_keys = dflash::pipeline_keys<train_pipeline_twin<dflash::NullProfiler>>;
 
 }  // namespace dflash_example

@@ -374,8 +374,8 @@ struct Sink {
 }  // namespace
 
 TEST_CASE("Pipeline::layout: the compile-time topology with the run-time shape", "[analysis][layout]") {
-  using pipe = dflash::Pipeline<dflash::NullProfiler, Src, dflash::queue_spec<"q", 8>, dflash::workers<Mid, 3>,
-                                dflash::queue_spec<"r", 4>, dflash::in_order<Sink>>;
+  using pipe = dflash::Pipeline<dflash::NullProfiler, Src, dflash::queue_link<"q", 8>, dflash::workers<Mid, 3>,
+                                dflash::queue_link<"r", 4>, dflash::in_order<Sink>>;
   auto shape = pipe::default_shape();
   shape.depths[1] = 16;
   const auto l = pipe::layout(shape);

@@ -53,7 +53,7 @@ struct consume {
 };
 
 int main() {
-  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_spec<"q", 2>, produce,
+  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"q", 2>, produce,
                    dflash::device_link<"link", 2>, consume>
       p;
   p.run();

@@ -82,9 +82,9 @@ struct gcollect {
 };
 
 template <class P>
-using gpu_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, dflash::workers<gfill<P>, 2>,
+using gpu_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in_q", 4>, dflash::workers<gfill<P>, 2>,
                                       dflash::device_link<"hs_device", 3>, dflash::workers<gcheck<P>, 2>,
-                                      dflash::queue_spec<"out_q", 8>, gcollect<P>>;
+                                      dflash::queue_link<"out_q", 8>, gcollect<P>>;
 
 struct pinned {
   int* p = nullptr;
@@ -120,7 +120,7 @@ TEST_CASE("cuda_backend: a device link carries slots between streams, exactly on
 }
 
 TEST_CASE("cuda_backend: profiled device stages record .gpu from their events", "[gpu][device]") {
-  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<gpu_pipeline>>;
+  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys<gpu_pipeline<dflash::NullProfiler>>>;
   prof_t prof;
   run_and_check(prof, 200);
   const auto snap = prof.snapshot();
@@ -232,7 +232,7 @@ struct drain_rows {  // device sink: per item, rows and sum into pinned memory
   }
 };
 template <class P>
-using ring_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, dflash::workers<push_rows<P>, 2>,
+using ring_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in_q", 4>, dflash::workers<push_rows<P>, 2>,
                                        dflash::device_link<"rows_dev", 3>, drain_rows<P>>;
 }  // namespace
 

@@ -121,9 +121,9 @@ struct collect {  // host sink: the pipeline waited for each result's work
 };
 
 template <class P>
-using twin_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, dflash::workers<fill<P>, 2>,
+using twin_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in_q", 4>, dflash::workers<fill<P>, 2>,
                                        dflash::device_link<"hs_device", 4>, dflash::workers<verify<P>, 2>,
-                                       dflash::queue_spec<"out_q", 8>, collect<P>>;
+                                       dflash::queue_link<"out_q", 8>, collect<P>>;
 
 // device -> device -> device: nothing but streams between the middle stages.
 template <class P>
@@ -159,7 +159,7 @@ struct tally {  // device sink: counts intact items on its stream
   }
 };
 template <class P>
-using chain_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, dflash::workers<fill<P>, 3>,
+using chain_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in_q", 4>, dflash::workers<fill<P>, 3>,
                                         dflash::device_link<"a_dev", 3>, relay<P>, dflash::device_link<"b_dev", 2>,
                                         tally<P>>;
 
@@ -232,7 +232,7 @@ TEST_CASE("device -> device -> device: no host wait at all on the per-item path"
 TEST_CASE("device stages record .gpu from their events with a stateful policy; keys are compile-time",
           "[device][pipeline][keys]") {
   watchdog wd("device keys");
-  using keys = dflash::pipeline_keys_t<twin_pipeline>;
+  using keys = dflash::pipeline_keys<twin_pipeline<dflash::NullProfiler>>;
   using expected = dflash::key_set<"numbers.wait", "numbers.work", "in_q.push_wait", "in_q.pop_wait", "fill.wait",
                                    "fill.work", "fill.gpu", "hs_device.push_wait", "hs_device.pop_wait",
                                    "verify.wait", "verify.work", "verify.gpu", "out_q.push_wait", "out_q.pop_wait",
@@ -315,7 +315,7 @@ TEST_CASE("a dropped wait inside the pipeline is caught as wrong data", "[device
   std::vector<result> got;
   twin_pipeline<NullProfiler> p(shape, numbers<NullProfiler>{20}, fill<NullProfiler>{&o}, verify<NullProfiler>{&o},
                                 collect<NullProfiler>{&got});
-  p.queue<1>().drop_ready_wait_for_testing(11);  // the consumer of item 10 skips its wait
+  p.link<1>().drop_ready_wait_for_testing(11);  // the consumer of item 10 skips its wait
   p.run();
   p.join();
   int broken = 0;
@@ -384,9 +384,9 @@ struct keep_drained {
   void operator()(drained&& d) { out->push_back(std::move(d)); }
 };
 template <class P>
-using ring_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, dflash::workers<push_rows<P>, 2>,
+using ring_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in_q", 4>, dflash::workers<push_rows<P>, 2>,
                                        dflash::device_link<"rows_dev", 3>, drain_rows<P>,
-                                       dflash::queue_spec<"out_q", 4>, keep_drained<P>>;
+                                       dflash::queue_link<"out_q", 4>, keep_drained<P>>;
 }  // namespace
 
 TEST_CASE("variable-size items through a ring inside the slot: every row arrives, counts stay on the device side",
@@ -438,8 +438,8 @@ struct read_on_host {  // host queue -> device link: its host code reads the val
 };
 template <class P>
 using host_between_devices =
-    dflash::Pipeline<P, numbers<P>, dflash::queue_spec<"in_q", 4>, fill<P>, dflash::device_link<"a_dev", 2>,
-                     late_result<P>, dflash::queue_spec<"mid_q", 4>, read_on_host<P>, dflash::device_link<"b_dev", 2>,
+    dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in_q", 4>, fill<P>, dflash::device_link<"a_dev", 2>,
+                     late_result<P>, dflash::queue_link<"mid_q", 4>, read_on_host<P>, dflash::device_link<"b_dev", 2>,
                      tally<P>>;
 }  // namespace
 
@@ -478,7 +478,7 @@ struct stop_in_work {  // device sink whose enqueued work ends the pipeline at i
 TEST_CASE("pipeline_stop thrown inside enqueued work stops the pipeline as from a stage call", "[device][pipeline][stop]") {
   watchdog wd("device pipeline_stop in work");
   options o;
-  using pipe = dflash::Pipeline<NullProfiler, numbers<NullProfiler>, dflash::queue_spec<"in_q", 4>,
+  using pipe = dflash::Pipeline<NullProfiler, numbers<NullProfiler>, dflash::queue_link<"in_q", 4>,
                                 fill<NullProfiler>, dflash::device_link<"a_dev", 2>, stop_in_work<NullProfiler>>;
   for (int round = 0; round < 3; ++round) {
     pipe p(numbers<NullProfiler>{6}, fill<NullProfiler>{&o}, stop_in_work<NullProfiler>{});

@@ -125,7 +125,7 @@ TEST_CASE("the pipeline runs with runtime worker counts and queue depths", "[exa
                drafter_train<profiler>(prof, &drafter, &log, &console, o.steps, 0.0));
   };
   shape.depths[0] = 0;
-  CHECK_THROWS_WITH(make(shape), Catch::Contains("queue 0 needs a depth of at least 1"));
+  CHECK_THROWS_WITH(make(shape), Catch::Contains("link 0 ('batch_queue') needs a depth of at least 1"));
   shape.depths[0] = 8;
   shape.workers[1] = 0;
   CHECK_THROWS_WITH(make(shape), Catch::Contains("stage 1 needs at least one worker"));

@@ -217,11 +217,11 @@ using link_t = dflash::mpi::mpi_link<T, "net", depth>;
 template <class T>
 struct pipes {
   template <class P>
-  using producer = dflash::Pipeline<P, gen_source<P, T>, dflash::queue_spec<"out_q", 4>, dflash::mpi::mpi_link_sink<P, link_t<T>>>;
+  using producer = dflash::Pipeline<P, gen_source<P, T>, dflash::queue_link<"out_q", 4>, dflash::mpi::mpi_link_sink<P, link_t<T>>>;
   template <class P>
-  using consumer = dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<T>>, dflash::queue_spec<"in_q", 4>, collect_sink<P, T>>;
+  using consumer = dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<T>>, dflash::queue_link<"in_q", 4>, collect_sink<P, T>>;
   // One key set for every rank: both pipelines' keys.
-  using keys = dflash::key_set_cat_t<dflash::pipeline_keys_t<producer>, dflash::pipeline_keys_t<consumer>>;
+  using keys = dflash::key_set_cat_t<dflash::pipeline_keys<producer<dflash::NullProfiler>>, dflash::pipeline_keys<consumer<dflash::NullProfiler>>>;
   using profiler = dflash::AccumulatingProfiler<keys>;
 };
 
@@ -351,7 +351,7 @@ struct drop_sink {
   void operator()(int&&) {}
 };
 template <class P>
-using wait_pipe = dflash::Pipeline<P, wait_source, dflash::queue_spec<"wait_q", 1>, drop_sink>;
+using wait_pipe = dflash::Pipeline<P, wait_source, dflash::queue_link<"wait_q", 1>, drop_sink>;
 
 int aggregate(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
@@ -364,7 +364,7 @@ int aggregate(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("not in the job") != std::string::npos);
   }
-  using profiler = dflash::AccumulatingProfiler<dflash::key_set_cat_t<dflash::key_set<"a", "b">, dflash::pipeline_keys_t<wait_pipe>>>;
+  using profiler = dflash::AccumulatingProfiler<dflash::key_set_cat_t<dflash::key_set<"a", "b">, dflash::pipeline_keys<wait_pipe<dflash::NullProfiler>>>>;
   profiler prof;
   // rank r: r + 1 records of "a" lasting (r + 1) ms each; rank r records "b" only if r is odd.
   const int r = job.rank();
@@ -641,7 +641,7 @@ void unwind_scope(int argc, char** argv, int& rank) {
     S::producer<P> p(prof, gen_source<P, tick>{&cfg, job.rank()}, dflash::mpi::mpi_link_sink<P, link_t<tick>>{&link, prof});
     CHECK(job.run(p));
   } else {
-    dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<tick>>, dflash::queue_spec<"in_q", 4>, stop_early> p(
+    dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<tick>>, dflash::queue_link<"in_q", 4>, stop_early> p(
         prof, dflash::mpi::mpi_link_source<P, link_t<tick>>{&link, prof}, stop_early{AfterEnd ? -1 : 50});
     CHECK(job.run(p));
     if (AfterEnd) std::this_thread::sleep_for(100ms);  // the others reach finish(); no bound is asserted

@@ -25,7 +25,7 @@ struct drop {
 };
 
 int main() {
-  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_spec<"q", 4>, twice, dflash::queue_spec<"r", 4>, drop> p;
+  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"q", 4>, twice, dflash::queue_link<"r", 4>, drop> p;
 #ifdef DFLASH_CONTROL
   drop& last = p.stage<2>();
 #else

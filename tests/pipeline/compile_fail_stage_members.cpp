@@ -34,8 +34,8 @@ struct drop {
 };
 
 int main() {
-  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_spec<"q", 4>, dflash::workers<twice, 2>,
-                   dflash::queue_spec<"r", 4>, drop>
+  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"q", 4>, dflash::workers<twice, 2>,
+                   dflash::queue_link<"r", 4>, drop>
       p;
   p.run_to_completion();
 }

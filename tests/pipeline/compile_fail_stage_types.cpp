@@ -26,7 +26,7 @@ struct printer {
 };
 
 int main() {
-  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_spec<"q", 4>, printer> p;
+  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"q", 4>, printer> p;
   p.run();
   p.join();
 }

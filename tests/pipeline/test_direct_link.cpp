@@ -133,7 +133,7 @@ TEST_CASE("direct links: every item once, in source order after in_order, on the
 TEST_CASE("direct links: a serial stage after the parallel one without in_order gets every item once",
           "[pipeline][direct]") {
   watchdog wd("direct links: unordered");
-  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 4>, dflash::workers<jitter, 3>,
+  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_link<"in", 4>, dflash::workers<jitter, 3>,
                                 dflash::direct_link<"to_record", 1>, record, dflash::direct_link<"to_sink", 1>, collect>;
   checks k;
   pipe p(source{3000}, jitter{}, record{&k.seen, &k.inside, &k.overlap, &k.bad_index}, collect{&k.out, nullptr});
@@ -145,8 +145,8 @@ TEST_CASE("direct links: a serial stage after the parallel one without in_order 
 
 TEST_CASE("direct links: an in_order stage after a queue, with its sink on its thread", "[pipeline][direct]") {
   watchdog wd("direct links: in_order head");
-  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 4>, dflash::workers<jitter, 3>,
-                                dflash::queue_spec<"mid", 4>, dflash::in_order<record>,
+  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_link<"in", 4>, dflash::workers<jitter, 3>,
+                                dflash::queue_link<"mid", 4>, dflash::in_order<record>,
                                 dflash::direct_link<"to_sink", 1>, collect>;
   checks k;
   pipe p(source{3000}, jitter{}, record{&k.seen, &k.inside, &k.overlap, &k.bad_index}, collect{&k.out, nullptr});
@@ -205,7 +205,7 @@ TEST_CASE("direct links: stop(cancel) wakes threads waiting for their turn; stop
 TEST_CASE("direct links: keys are recorded as for queues, the hand-over wait under <link>.push_wait",
           "[pipeline][direct][keys]") {
   watchdog wd("direct links: keys");
-  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<all_direct>>;
+  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys<all_direct<dflash::NullProfiler>>>;
   prof_t prof;
   checks k;
   all_direct<prof_t> p(prof, source{500}, jitter{}, record{&k.seen, &k.inside, &k.overlap, &k.bad_index},
@@ -221,17 +221,17 @@ TEST_CASE("direct links: keys are recorded as for queues, the hand-over wait und
 }
 
 TEST_CASE("direct links: shapes that a segment cannot run are rejected with a clear error", "[pipeline][direct]") {
-  using two_parallel = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 4>,
+  using two_parallel = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_link<"in", 4>,
                                         dflash::workers<jitter, 2>, dflash::direct_link<"d", 1>,
-                                        dflash::workers<named_jitter<"jitter2">, 2>, dflash::queue_spec<"out", 4>,
+                                        dflash::workers<named_jitter<"jitter2">, 2>, dflash::queue_link<"out", 4>,
                                         collect>;
   CHECK_THROWS_WITH(two_parallel(two_parallel::default_shape()),
                     Catch::Contains("both have several workers"));
   auto shape = all_direct<dflash::NullProfiler>::default_shape();
   shape.workers[0] = 2;
   CHECK_THROWS_WITH(all_direct<dflash::NullProfiler>(shape), Catch::Contains("source joined by a direct_link"));
-  using head = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 4>, dflash::in_order<record>,
-                                dflash::direct_link<"d", 1>, dflash::workers<jitter, 2>, dflash::queue_spec<"out", 4>,
+  using head = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_link<"in", 4>, dflash::in_order<record>,
+                                dflash::direct_link<"d", 1>, dflash::workers<jitter, 2>, dflash::queue_link<"out", 4>,
                                 collect>;
   CHECK_THROWS_WITH(head(head::default_shape()), Catch::Contains("starts a direct segment"));
 }
@@ -311,7 +311,7 @@ struct failing {
 // further call of the serial stage.
 TEST_CASE("direct links: after a failure no serial call starts", "[pipeline][direct]") {
   watchdog wd("direct links: no call after cancel");
-  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 8>, dflash::workers<failing, 4>,
+  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_link<"in", 8>, dflash::workers<failing, 4>,
                                 dflash::direct_link<"to_record", 1>, slow_record, dflash::direct_link<"to_sink", 1>,
                                 collect>;
   for (int round = 0; round < 5; ++round) {
@@ -354,7 +354,7 @@ struct quick {
 // thread spinning on that lock cannot call the failed stage with a later item.
 TEST_CASE("direct links: a serial stage that threw is never called again", "[pipeline][direct]") {
   watchdog wd("direct links: no call after a throw", std::chrono::seconds(120));
-  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_spec<"in", 64>, dflash::workers<quick, 4>,
+  using pipe = dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_link<"in", 64>, dflash::workers<quick, 4>,
                                 dflash::direct_link<"to_record", 1>, throws_once_serial,
                                 dflash::direct_link<"to_sink", 1>, collect>;
   int late_calls = 0;

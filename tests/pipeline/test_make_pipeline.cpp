@@ -53,8 +53,8 @@ struct ordered_run {
     });
     auto sink = dflash::stage<"sink">([this](long long v) { seen.push_back(v); });
     return [=](const auto& prof) {
-      return dflash::make_pipeline(prof, numbers, dflash::queue_spec<"a", 8>{}, dflash::parallel<4>(jitter),
-                                   dflash::queue_spec<"b", 8>{}, dflash::in_order(sink));
+      return dflash::make_pipeline(prof, numbers, dflash::queue_link<"a", 8>{}, dflash::parallel<4>(jitter),
+                                   dflash::queue_link<"b", 8>{}, dflash::in_order(sink));
     };
   }
 };
@@ -71,7 +71,7 @@ TEST_CASE("in_order after 4 parallel workers delivers in source order, exactly o
   // The same with a profiler: keys from the builder, every item counted once.
   ordered_run q{500, {}, {}};
   auto build2 = q.build();
-  using keys = dflash::pipeline_keys_of<decltype(build2)>;
+  using keys = dflash::pipeline_keys<decltype(build2)>;
   dflash::AccumulatingProfiler<keys> prof;
   build2(prof).run_to_completion();
   REQUIRE(q.seen.size() == 500);
@@ -108,8 +108,8 @@ struct record {
   void operator()(int&& x) { out->push_back(x); }
 };
 template <class P>
-using typed_ordered = dflash::Pipeline<P, counter<P>, dflash::queue_spec<"a", 4>, dflash::workers<slow_odd<P>, 3>,
-                                       dflash::queue_spec<"b", 4>, dflash::in_order<record<P>>>;
+using typed_ordered = dflash::Pipeline<P, counter<P>, dflash::queue_link<"a", 4>, dflash::workers<slow_odd<P>, 3>,
+                                       dflash::queue_link<"b", 4>, dflash::in_order<record<P>>>;
 }  // namespace
 
 TEST_CASE("in_order<S> as a type; stop(drain) still delivers everything produced, in order", "[pipeline][in_order]") {
@@ -150,8 +150,8 @@ struct shared_counter {  // a source safe to call from several workers
 };
 template <class P>
 using multi_source_ordered =
-    dflash::Pipeline<P, dflash::workers<shared_counter<P>, 3>, dflash::queue_spec<"a", 4>,
-                     dflash::workers<slow_odd<P>, 3>, dflash::queue_spec<"b", 4>, dflash::in_order<record<P>>>;
+    dflash::Pipeline<P, dflash::workers<shared_counter<P>, 3>, dflash::queue_link<"a", 4>,
+                     dflash::workers<slow_odd<P>, 3>, dflash::queue_link<"b", 4>, dflash::in_order<record<P>>>;
 }  // namespace
 
 // Items are numbered once across all source workers: numbers that repeat

@@ -68,11 +68,11 @@ struct collect {  // single worker: records arrival order
 };
 
 template <class P>
-using square_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_spec<"in_q", 4>,
-                                         dflash::workers<square<P>, 4>, dflash::queue_spec<"out_q", 4>, collect<P>>;
+using square_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<"in_q", 4>,
+                                         dflash::workers<square<P>, 4>, dflash::queue_link<"out_q", 4>, collect<P>>;
 template <class P>
-using ordered_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_spec<"in_q", 4>, square<P>,
-                                          dflash::queue_spec<"out_q", 4>, collect<P>>;
+using ordered_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<"in_q", 4>, square<P>,
+                                          dflash::queue_link<"out_q", 4>, collect<P>>;
 }  // namespace
 
 namespace {
@@ -100,7 +100,7 @@ TEST_CASE("Stage concept classifies sources, transforms and sinks", "[pipeline][
 }
 
 TEST_CASE("the pipeline's key set is known at compile time and independent of P", "[pipeline][keys]") {
-  using keys = dflash::pipeline_keys_t<square_pipeline>;
+  using keys = dflash::pipeline_keys<square_pipeline<dflash::NullProfiler>>;
   using expected = dflash::key_set<"source.wait", "source.work", "in_q.push_wait", "in_q.pop_wait", "square.wait",
                                    "square.work", "square.own", "out_q.push_wait", "out_q.pop_wait", "sink.wait",
                                    "sink.work">;
@@ -119,8 +119,8 @@ TEST_CASE("source -> 4 workers -> sink delivers every item exactly once", "[pipe
   REQUIRE(got.size() == 1000);
   std::multiset<long long> s(got.begin(), got.end());
   for (long long i = 0; i < 1000; ++i) REQUIRE(s.count(i * i) == 1);
-  CHECK(p.queue<0>().closed());
-  CHECK(p.queue<1>().closed());
+  CHECK(p.link<0>().closed());
+  CHECK(p.link<1>().closed());
 }
 
 TEST_CASE("one worker per stage keeps FIFO order end to end", "[pipeline]") {
@@ -136,7 +136,7 @@ TEST_CASE("one worker per stage keeps FIFO order end to end", "[pipeline]") {
 
 TEST_CASE("wait and work are recorded per stage and per queue without user code", "[pipeline][keys]") {
   watchdog wd("profiled pipeline");
-  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<square_pipeline>>;
+  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys<square_pipeline<dflash::NullProfiler>>>;
   prof_t prof;
   std::vector<long long> got;
   square_pipeline<prof_t> p(prof, counter_source<prof_t>{1000}, square<prof_t>{}, collect<prof_t>{&got});
@@ -179,8 +179,8 @@ struct indexed {  // worker-indexed call; the first 3 calls meet at a barrier
   }
 };
 template <class P>
-using indexed_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_spec<"a", 2>,
-                                          dflash::workers<indexed<P>, 3>, dflash::queue_spec<"b", 2>, collect<P>>;
+using indexed_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<"a", 2>,
+                                          dflash::workers<indexed<P>, 3>, dflash::queue_link<"b", 2>, collect<P>>;
 }  // namespace
 
 TEST_CASE("workers<S, 3> runs three threads and passes each its worker index", "[pipeline]") {
@@ -220,11 +220,11 @@ struct throwing_sink {
   }
 };
 template <class P>
-using throw_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_spec<"a", 2>,
-                                        dflash::workers<thrower<P>, 2>, dflash::queue_spec<"b", 2>, collect<P>>;
+using throw_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<"a", 2>,
+                                        dflash::workers<thrower<P>, 2>, dflash::queue_link<"b", 2>, collect<P>>;
 template <class P>
-using sink_throw_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_spec<"a", 2>, square<P>,
-                                             dflash::queue_spec<"b", 2>, throwing_sink<P>>;
+using sink_throw_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<"a", 2>, square<P>,
+                                             dflash::queue_link<"b", 2>, throwing_sink<P>>;
 }  // namespace
 
 TEST_CASE("a throwing middle stage stops an endless pipeline; join() rethrows it", "[pipeline][error]") {
@@ -235,8 +235,8 @@ TEST_CASE("a throwing middle stage stops an endless pipeline; join() rethrows it
   p.run();
   CHECK_THROWS_MATCHES(p.join(), std::runtime_error, Catch::Matchers::Message("boom at 10"));
   CHECK(p.cancelled());
-  CHECK(p.queue<0>().closed());
-  CHECK(p.queue<1>().closed());
+  CHECK(p.link<0>().closed());
+  CHECK(p.link<1>().closed());
   p.join();  // the error is reported once
 }
 
@@ -261,8 +261,8 @@ struct slow_sink {
   }
 };
 template <class P>
-using slow_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_spec<"a", 4>, square<P>,
-                                       dflash::queue_spec<"b", 4>, slow_sink<P>>;
+using slow_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<"a", 4>, square<P>,
+                                       dflash::queue_link<"b", 4>, slow_sink<P>>;
 }  // namespace
 
 // stop() latency is a behaviour bound from the issue (< 100 ms): the stages
@@ -273,7 +273,7 @@ TEST_CASE("stop() cancels stages blocked in queues within 100 ms", "[pipeline][s
   slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1, 0, &produced}, square<NullProfiler>{},
                                 slow_sink<NullProfiler>{&consumed});
   p.run();
-  wait_until([&] { return p.queue<0>().blocked_pushers() == 1 && p.queue<1>().blocked_pushers() == 1; });
+  wait_until([&] { return p.link<0>().blocked_pushers() == 1 && p.link<1>().blocked_pushers() == 1; });
   const auto t0 = std::chrono::steady_clock::now();
   p.stop();
   p.join();
@@ -288,7 +288,7 @@ TEST_CASE("stop(drain) stops the source and delivers everything it produced", "[
   slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1, 0, &produced}, square<NullProfiler>{},
                                 slow_sink<NullProfiler>{&consumed});
   p.run();
-  wait_until([&] { return p.queue<0>().blocked_pushers() == 1 && p.queue<1>().blocked_pushers() == 1; });
+  wait_until([&] { return p.link<0>().blocked_pushers() == 1 && p.link<1>().blocked_pushers() == 1; });
   const auto t0 = std::chrono::steady_clock::now();
   p.stop(dflash::stop_mode::drain);
   p.join();
@@ -313,7 +313,7 @@ TEST_CASE("run() twice is an error; destroying a running pipeline cancels it", "
 }
 
 TEST_CASE("NullProfiler pipelines and queues hold no profiler state", "[pipeline][keys]") {
-  using accumulating = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<ordered_pipeline>>;
+  using accumulating = dflash::AccumulatingProfiler<dflash::pipeline_keys<ordered_pipeline<dflash::NullProfiler>>>;
   STATIC_REQUIRE(sizeof(ordered_pipeline<accumulating>) == sizeof(ordered_pipeline<NullProfiler>) + sizeof(void*));
 }
 

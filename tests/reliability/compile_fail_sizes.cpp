@@ -39,8 +39,8 @@ inline constexpr std::size_t threads = 2;
 #endif
 
 int main() {
-  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_spec<"q", depth>, dflash::workers<twice, threads>,
-                   dflash::queue_spec<"r", 4>, drop>
+  dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"q", depth>, dflash::workers<twice, threads>,
+                   dflash::queue_link<"r", 4>, drop>
       p;
   p.run();
   p.join();

@@ -3,7 +3,7 @@
 // std::invalid_argument whose message names the function and the bad value;
 // every table also has a control row (the same call with good values) that
 // must not throw, so each failure is the bad value's. Sizes that are template
-// arguments (queue_spec depth, workers count) are compile-time errors, checked
+// arguments (queue_link depth, workers count) are compile-time errors, checked
 // by the compile_fail_* ctests next to this file.
 #include <catch2/catch.hpp>
 #include <dflash/dflash.hpp>
@@ -120,14 +120,14 @@ struct drop {
   void operator()(int&&) {}
 };
 template <class P>
-using small_pipeline = dflash::Pipeline<P, numbers, dflash::queue_spec<"q", 4>, dflash::workers<twice, 2>,
-                                        dflash::queue_spec<"r", 4>, drop>;
+using small_pipeline = dflash::Pipeline<P, numbers, dflash::queue_link<"q", 4>, dflash::workers<twice, 2>,
+                                        dflash::queue_link<"r", 4>, drop>;
 }  // namespace
 
-// Compile-time sizes (queue_spec<Name, 0>, workers<S, 0>) are compile errors:
+// Compile-time sizes (queue_link<Name, 0>, workers<S, 0>) are compile errors:
 // see the compile_fail_queue_depth_0 / compile_fail_workers_0 ctests.
 TEST_CASE("Pipeline: a runtime shape with 0 workers or a queue of depth 0", "[bad_input][pipeline]") {
-  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<small_pipeline>>;
+  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys<small_pipeline<dflash::NullProfiler>>>;
   using pipe = small_pipeline<prof_t>;
   prof_t prof;
   auto with = [](auto edit) {
@@ -148,17 +148,17 @@ TEST_CASE("Pipeline: a runtime shape with 0 workers or a queue of depth 0", "[ba
           {"sink with 0 workers", [&] { pipe p(prof, with([](auto& s) { s.workers[2] = 0; })); },
            {"dflash::Pipeline", "stage 2 needs at least one worker (got 0)"}},
           {"queue of depth 0", [&] { pipe p(prof, with([](auto& s) { s.depths[1] = 0; })); },
-           {"dflash::Pipeline", "queue 1 needs a depth of at least 1 (got 0)"}},
+           {"dflash::Pipeline", "link 1 ('r') needs a depth of at least 1 (got 0)"}},
           {"NullProfiler, queue of depth 0",
            [] {
              auto s = small_pipeline<dflash::NullProfiler>::default_shape();
              s.depths[0] = 0;
              small_pipeline<dflash::NullProfiler> p(s);
            },
-           {"dflash::Pipeline", "queue 0 needs a depth of at least 1 (got 0)"}},
+           {"dflash::Pipeline", "link 0 ('q') needs a depth of at least 1 (got 0)"}},
           // before the shape check, a queue tried to allocate it (bad_alloc, or a length_error)
           {"queue deeper than any link holds", [&] { pipe p(prof, with([](auto& s) { s.depths[1] = (std::size_t{1} << 61) + 1; })); },
-           {"dflash::Pipeline", "queue 1 needs a depth of at most 2^61 (got 2305843009213693953)"}},
+           {"dflash::Pipeline", "link 1 ('r') needs a depth of at most 2^61 (got 2305843009213693953)"}},
       });
   CHECK(pipe::default_shape().workers == std::array<std::size_t, 3>{1, 2, 1});
   CHECK(pipe::default_shape().depths == std::array<std::size_t, 2>{4, 4});

@@ -217,17 +217,17 @@ constexpr std::size_t q0_depth = 3, q1_depth = 2, q2_depth = 4;
 
 template <class P, std::size_t A, std::size_t B, std::size_t K>
 using fault_pipeline =
-    dflash::Pipeline<P, source<P>, dflash::queue_spec<"q0", q0_depth>, dflash::workers<stage_a<P>, A>,
-                     dflash::queue_spec<"q1", q1_depth>, dflash::workers<stage_b<P>, B>,
-                     dflash::queue_spec<"q2", q2_depth>, dflash::workers<sink<P>, K>>;
+    dflash::Pipeline<P, source<P>, dflash::queue_link<"q0", q0_depth>, dflash::workers<stage_a<P>, A>,
+                     dflash::queue_link<"q1", q1_depth>, dflash::workers<stage_b<P>, B>,
+                     dflash::queue_link<"q2", q2_depth>, dflash::workers<sink<P>, K>>;
 template <class P>
 using keys_pipeline = fault_pipeline<P, 1, 1, 1>;  // keys do not depend on worker counts
-using profiler = dflash::AccumulatingProfiler<dflash::pipeline_keys_t<keys_pipeline>>;
+using profiler = dflash::AccumulatingProfiler<dflash::pipeline_keys<keys_pipeline<dflash::NullProfiler>>>;
 
 template <class P, std::size_t A, std::size_t B, std::size_t K>
 using shape_of = typename fault_pipeline<P, A, B, K>::shape_type;
 
-// Compile-time sizes (workers<S, N>, queue_spec depth), or a runtime shape.
+// Compile-time sizes (workers<S, N>, queue_link depth), or a runtime shape.
 template <class P, std::size_t A, std::size_t B, std::size_t K>
 std::unique_ptr<fault_pipeline<P, A, B, K>> make_pipeline(env& e, const P& prof,
                                                           const shape_of<P, A, B, K>* shape = nullptr) {
@@ -500,9 +500,9 @@ constexpr int items_when_full = 1 + static_cast<int>(q0_depth) + 2 + static_cast
 template <class Pipe>
 void wait_all_full(Pipe& p, gate& g) {
   wait_until([&] {
-    return g.entered.load() && p.template queue<0>().size() == q0_depth && p.template queue<1>().size() == q1_depth &&
-           p.template queue<2>().size() == q2_depth && p.template queue<0>().blocked_pushers() == 1 &&
-           p.template queue<1>().blocked_pushers() == 2 && p.template queue<2>().blocked_pushers() == 1;
+    return g.entered.load() && p.template link<0>().size() == q0_depth && p.template link<1>().size() == q1_depth &&
+           p.template link<2>().size() == q2_depth && p.template link<0>().blocked_pushers() == 1 &&
+           p.template link<1>().blocked_pushers() == 2 && p.template link<2>().blocked_pushers() == 1;
   });
 }
 }  // namespace
@@ -523,9 +523,9 @@ TEST_CASE("stop() with every queue full wakes every blocked producer; queued ite
     p->stop();
     // Every blocked producer exits without the sink's help: only the sink's thread is left.
     wait_until([&] { return e.threads.load() == 1; });
-    CHECK(p->queue<0>().blocked_pushers() == 0);
-    CHECK(p->queue<1>().blocked_pushers() == 0);
-    CHECK(p->queue<2>().blocked_pushers() == 0);
+    CHECK(p->link<0>().blocked_pushers() == 0);
+    CHECK(p->link<1>().blocked_pushers() == 0);
+    CHECK(p->link<2>().blocked_pushers() == 0);
     g.release();
     CHECK_NOTHROW(p->join());
     CHECK(e.threads.load() == 0);
@@ -588,7 +588,7 @@ TEST_CASE("destroying a running, never-joined pipeline cancels, joins and frees 
       profiler prof;
       auto p = make_pipeline<profiler, 2, 1, 1>(e, prof);
       p->run();
-      wait_until([&] { return p->queue<0>().blocked_pushers() == 1 && p->queue<1>().blocked_pushers() >= 1; });
+      wait_until([&] { return p->link<0>().blocked_pushers() == 1 && p->link<1>().blocked_pushers() >= 1; });
       p.reset();
       CHECK(e.threads.load() == 0);
       CHECK(e.st[3].after_cancel.load() <= 1);

@@ -188,9 +188,9 @@ struct d_sink {
     if (s->f == fault::stop_from_sink && c.value == s->fault_at) throw dflash::pipeline_stop{};
   }
 };
-using device_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_spec<"in", 4>,
+using device_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_link<"in", 4>,
                                      dflash::workers<d_fill, 1>, dflash::device_link<"hs", 2>,
-                                     dflash::workers<d_verify, 1>, dflash::queue_spec<"out", 4>, d_sink>;
+                                     dflash::workers<d_verify, 1>, dflash::queue_link<"out", 4>, d_sink>;
 
 // A device source: several workers fill slots directly. Worker w > 0 quits
 // early (once `next` passes its quota) and worker 0 runs to the end, so slots
@@ -225,7 +225,7 @@ struct d_dev_source {
   }
 };
 using device_source_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_dev_source, 1>, dflash::device_link<"hs", 2>,
-                                            dflash::workers<d_verify, 1>, dflash::queue_spec<"out", 4>, d_sink>;
+                                            dflash::workers<d_verify, 1>, dflash::queue_link<"out", 4>, d_sink>;
 
 // ---- queue links into in_order: sources -> q -> parallel -> q -> in_order sink ---------
 struct h_mid {
@@ -253,8 +253,8 @@ struct h_sink {
     if (s->f == fault::stop_from_sink && x == s->fault_at) throw dflash::pipeline_stop{};
   }
 };
-using ordered_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_spec<"in", 4>,
-                                      dflash::workers<h_mid, 1>, dflash::queue_spec<"out", 4>,
+using ordered_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_link<"in", 4>,
+                                      dflash::workers<h_mid, 1>, dflash::queue_link<"out", 4>,
                                       dflash::in_order<h_sink>>;
 // One segment: the source, the parallel stage and the in_order sink on the same threads.
 using direct_pipe = dflash::Pipeline<NullProfiler, d_source, dflash::direct_link<"take", 2>, dflash::workers<h_mid, 1>,

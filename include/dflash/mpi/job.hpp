@@ -145,6 +145,8 @@ class job {
     check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");  // our tags never meet the program's
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    job* none = nullptr;
+    current_.compare_exchange_strong(none, this, std::memory_order_acq_rel);
   }
   job(const job&) = delete;
   job& operator=(const job&) = delete;
@@ -175,9 +177,16 @@ class job {
     }
     if (thread_.joinable()) thread_.join();
     channels_.clear();
+    job* self = this;
+    current_.compare_exchange_strong(self, nullptr, std::memory_order_acq_rel);
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
   }
+
+  /// The job of this process (MPI is one per process), or null: what a
+  /// pipeline's net_link (net_link.hpp) joins. The first job constructed
+  /// while none exists.
+  [[nodiscard]] static job* current() noexcept { return current_.load(std::memory_order_acquire); }
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
@@ -690,6 +699,7 @@ class job {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  inline static std::atomic<job*> current_{nullptr};
   bool owns_mpi_ = false, multiple_ = false;
   std::vector<std::string> names_;
   std::function<profile_snapshot()> snap_;

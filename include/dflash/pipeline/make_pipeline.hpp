@@ -3,16 +3,16 @@
 // shape), and the key set of such a pipeline for the profiler:
 //
 //   auto build = [&](const auto& prof) {
-//     return dflash::make_pipeline(prof, numbers, dflash::queue_spec<"in", 64>{},
-//                                  dflash::parallel<4>(square), dflash::queue_spec<"out", 64>{},
+//     return dflash::make_pipeline(prof, numbers, dflash::queue_link<"in", 64>{},
+//                                  dflash::parallel<4>(square), dflash::queue_link<"out", 64>{},
 //                                  dflash::in_order(sum));
 //   };
 //   build(dflash::NullProfiler{}).run_to_completion();        // nothing recorded, nothing paid
-//   dflash::AccumulatingProfiler<dflash::pipeline_keys_of<decltype(build)>> prof;
+//   dflash::AccumulatingProfiler<dflash::pipeline_keys<decltype(build)>> prof;
 //   build(prof).run_to_completion();                          // per-stage wait / work / queue waits
 //
 // Parts alternate, as in dflash::Pipeline: a stage (class or dflash::stage<"name">(f)),
-// parallel<N>(stage) or in_order(stage); then a queue_spec (or device_link) value.
+// parallel<N>(stage) or in_order(stage); then a link kind value (queue_link, direct_link, device_link).
 
 #include <cstddef>
 #include <tuple>
@@ -54,7 +54,7 @@ struct pipeline_part<in_order<S>> {
 template <ProfilerPolicy P, class... Parts>
 [[nodiscard]] auto make_pipeline(const P& prof, Parts... parts) {
   static_assert(sizeof...(Parts) % 2 == 1,
-                "dflash::make_pipeline(prof, ...): stages and queue_spec values alternately, "
+                "dflash::make_pipeline(prof, ...): stages and link values (queue_link{}, ...) alternately, "
                 "starting and ending with a stage");
   auto all = std::forward_as_tuple(parts...);
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -64,8 +64,13 @@ template <ProfilerPolicy P, class... Parts>
   }(std::make_index_sequence<(sizeof...(Parts) + 1) / 2>{});
 }
 
-/// The key set of the pipeline a builder `[&](const auto& prof) { return make_pipeline(prof, ...); }` makes.
+namespace detail {
 template <class Build>
-using pipeline_keys_of = typename std::remove_cvref_t<std::invoke_result_t<Build&, const NullProfiler&>>::keys;
+[[deprecated("dflash::pipeline_keys_of<B> is renamed dflash::pipeline_keys<B>")]] std::type_identity<pipeline_keys<Build>>
+deprecated_keys_of_builder();
+}  // namespace detail
+/// dflash 0.x spelling of pipeline_keys for a builder; kept for one version.
+template <class Build>
+using pipeline_keys_of = typename decltype(detail::deprecated_keys_of_builder<Build>())::type;
 
 }  // namespace dflash

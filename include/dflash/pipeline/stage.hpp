@@ -47,6 +47,13 @@ struct is_optional<std::optional<T>> : std::true_type {};
 template <class S, class... Args>
 concept callable_maybe_indexed = std::invocable<S&, Args...> || std::invocable<S&, Args..., std::size_t>;
 
+/// Calls a stage with the worker index when its call operator takes one.
+template <class S, class... Args>
+decltype(auto) call_stage(S& s, [[maybe_unused]] std::size_t worker, Args&&... args) {
+  if constexpr (std::is_invocable_v<S&, Args&&..., std::size_t>) return s(std::forward<Args>(args)..., worker);
+  else return s(std::forward<Args>(args)...);
+}
+
 template <class S, class... Args>
 using stage_result_t = typename std::conditional_t<std::invocable<S&, Args..., std::size_t>,
                                                    std::invoke_result<S&, Args..., std::size_t>,
@@ -109,44 +116,6 @@ struct in_order {
 };
 template <class S>
 in_order(S) -> in_order<S>;
-
-/// The bounded queue between two stages: `dflash::queue_spec<"hs_queue", 60>`.
-template <fixed_string Name, std::size_t Depth>
-struct queue_spec {
-  static_assert(Depth > 0, "dflash::queue_spec<Name, Depth>: Depth must be at least 1");
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  static constexpr int dflash_link_kind = 1;  // detected by members: nvcc cannot deduce fixed_string NTTPs
-};
-
-/// A device link between two GPU stages: `dflash::device_link<"hs_device", 4>`.
-/// Depth slots of device-resident items (a dflash::device_item) move between
-/// the stages' streams in stream order; see device/device_channel.hpp.
-template <fixed_string Name, std::size_t Depth>
-struct device_link {
-  static_assert(Depth > 0, "dflash::device_link<Name, Depth>: Depth must be at least 1");
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  static constexpr int dflash_link_kind = 2;
-};
-
-/// No queue and no thread of its own: the next stage runs on the threads that
-/// produced its item, as oneTBB's serial filters run on whichever thread holds
-/// the token: `dflash::direct_link<"to_sink", 8>`. Stages joined by direct
-/// links form a segment that runs on the worker threads of its one parallel
-/// stage (workers<S, N>); its other stages run one call at a time, those before
-/// the parallel stage (e.g. the source) in the order threads reach them, those
-/// after it in completion order — or in source order for an in_order<S> stage
-/// right after it. Depth bounds that stage's reorder window: a thread whose
-/// item is further ahead than Depth waiting items waits its turn. Records
-/// "<name>.push_wait" (time waiting for the next stage's turn). Host stages only.
-template <fixed_string Name, std::size_t Depth>
-struct direct_link {
-  static_assert(Depth > 0, "dflash::direct_link<Name, Depth>: Depth must be at least 1");
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  static constexpr int dflash_link_kind = 3;
-};
 
 /// Keys a stage named Name gets from the pipeline: blocked on its queues vs in its call.
 template <fixed_string Name>

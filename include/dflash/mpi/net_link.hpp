@@ -1,0 +1,109 @@
+#pragma once
+// dflash::mpi::net_link<"hs_net", 8>: a Pipeline link between stages that run
+// in different processes (MPI ranks). Every rank constructs the same pipeline
+// type; the shape's placement (pipeline_shape::ranks) says which ranks run
+// which stages, and each rank runs its part through dflash::mpi::job::run(p):
+//
+//   using train = dflash::Pipeline<P, source, dflash::queue_link<"batch_queue", 8>, target,
+//                                  dflash::mpi::net_link<"hs_net", 8>, drafter>;
+//   dflash::mpi::job job(argc, argv);
+//   auto shape = train::default_shape();
+//   shape.rank = job.rank();
+//   shape.ranks = {{0, 1}, {0, 1}, {2}};    // source and target on ranks 0-1, the drafter on 2
+//   train p(prof, shape, ...);  job.start(prof);  job.run(p);  job.finish();
+//
+// Its endpoint is an mpi_link (mpi_link.hpp) over the job of this process:
+// the producer ranks are those of the stage before it, the consumers those
+// of the stage after it, and its guarantees are the mpi_link's — credits of
+// Depth items per producer rank (backpressure), every item delivered once,
+// close when every producer rank's pipeline ended normally (job::run sends
+// FIN after join), a stop or error on any rank stops every rank (a blocked
+// hand-over throws dflash::pipeline_stop). Records "<Name>.push_wait" and
+// "<Name>.pop_wait" as a queue_link does. Items: trivially copyable, or
+// described by mpi::wire<T> (wire.hpp); a device stage's output crosses once
+// its work completed (the pipeline waits for it before the hand-over).
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dflash/analysis/pipeline_layout.hpp"
+#include "dflash/mpi/job.hpp"
+#include "dflash/mpi/mpi_link.hpp"
+#include "dflash/mpi/wire.hpp"
+#include "dflash/pipeline/link.hpp"
+#include "dflash/profile/fixed_string.hpp"
+#include "dflash/queue/queue_keys.hpp"
+
+namespace dflash::mpi {
+
+template <fixed_string Name, std::size_t Depth>
+struct net_link {
+  static_assert(Depth > 0, "dflash::mpi::net_link<Name, Depth>: Depth must be at least 1");
+  static constexpr auto name = Name;
+  static constexpr std::size_t depth = Depth;
+  using keys = queue_keys<Name>;
+  using consumer_threads = consumer_on_own_threads;
+  using carries = carries_values;
+  static constexpr bool crosses_processes = true;
+  static constexpr analysis::link_kind model = analysis::link_kind::queue;
+
+  template <class Item, class P>
+  class endpoint {
+   public:
+    endpoint(job& j, std::vector<int> producers, std::vector<int> consumers, const P& prof)
+        : link_(j, std::move(producers), std::move(consumers)), prof_(prof) {}
+    /// Blocks for a credit, then hands the item to the job's progress thread.
+    bool push(Item&& x) {
+      link_.send(std::move(x), prof_);
+      return true;
+    }
+    /// The next item from any producer rank; empty once every producer rank finished.
+    std::optional<Item> pop() { return link_.receive(prof_); }
+    [[nodiscard]] link_stats stats() const { return link_.stats(); }
+
+   private:
+    friend struct net_link;
+    mpi_link<Item, Name, Depth> link_;
+    const P& prof_;
+  };
+
+  template <class Item, class P, class Ctx>
+  static std::unique_ptr<endpoint<Item, P>> open(const Ctx& c) {
+    if (c.producer_ranks.empty() || c.consumer_ranks.empty())
+      throw std::invalid_argument("dflash::mpi::net_link \"" + std::string(Name.view()) +
+                                  "\": place the stages on either side on ranks (pipeline_shape::ranks); a net_link "
+                                  "joins stages that run in different processes");
+    job* j = job::current();
+    if (!j)
+      throw std::logic_error("dflash::mpi::net_link \"" + std::string(Name.view()) +
+                             "\": no dflash::mpi::job exists in this process; create it before the pipeline");
+    return std::make_unique<endpoint<Item, P>>(*j, std::vector<int>(c.producer_ranks.begin(), c.producer_ranks.end()),
+                                               std::vector<int>(c.consumer_ranks.begin(), c.consumer_ranks.end()),
+                                               c.prof);
+  }
+  // The end of the items is each producer rank's FIN, sent by job::run once
+  // the pipeline ended normally; a stop reaches every rank through the job.
+  template <class E>
+  static void close(E&) noexcept {}
+  template <class E>
+  static void cancel(E&) noexcept {}
+
+  template <class Topology, std::size_t L>
+  static consteval bool check() {
+    static_assert(!Topology::sequenced,
+                  "dflash::mpi::net_link: in_order stages are not supported in a pipeline with a net_link (source "
+                  "order is per rank)");
+    static_assert(!Topology::template slots_at<L>);
+    static_assert(WireItem<typename Topology::template stage_type<L>::output_type>,
+                  "dflash::mpi::net_link: the item must be trivially copyable or described by "
+                  "dflash::mpi::wire<T> (mpi/wire.hpp)");
+    return true;
+  }
+};
+
+}  // namespace dflash::mpi

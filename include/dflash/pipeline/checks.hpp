@@ -1,0 +1,207 @@
+#pragma once
+// Every check a dflash::Pipeline makes, with the message that states the fix:
+//   static_checks<Topology>::value  at compile time — the entries alternate
+//       stage / link kind, each stage has what its position and neighbouring
+//       links ask (call shape, types), each link kind's own requirements
+//       (Link::check), adjacent types match;
+//   checked_shape<Topology>(shape)  at run time — workers, depths, direct
+//       segments and placement, before any thread or link exists
+//       (std::invalid_argument).
+
+#include <array>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "dflash/detail/capacity.hpp"
+#include "dflash/device/device_stream.hpp"
+#include "dflash/pipeline/link.hpp"
+#include "dflash/pipeline/shape.hpp"
+#include "dflash/pipeline/stage.hpp"
+#include "dflash/pipeline/topology.hpp"
+
+namespace dflash::detail {
+
+// Instantiated once per adjacent pair; the error names From and To.
+template <class From, class To>
+struct link_check {
+  static_assert(std::is_same_v<typename From::output_type, typename To::input_type>,
+                "dflash::Pipeline: a stage's output_type does not match the next stage's input_type "
+                "(From and To in link_check<From, To> are the two stages)");
+  static constexpr bool value = true;
+};
+
+template <class T>
+struct static_checks {
+ private:
+  template <std::size_t I>
+  static consteval bool check_stage() {
+    using S = typename T::template stage_type<I>;
+    static_assert(requires { S::name; },
+                  "dflash::Pipeline: a stage has no `name`: add `static constexpr dflash::fixed_string "
+                  "name{\"my_stage\"};` (its keys are my_stage.wait / my_stage.work)");
+    static_assert(requires { typename S::input_type; },
+                  "dflash::Pipeline: a stage has no `input_type`: add `using input_type = ...;` (void for a source)");
+    static_assert(requires { typename S::output_type; },
+                  "dflash::Pipeline: a stage has no `output_type`: add `using output_type = ...;` (void for a sink)");
+    static_assert(!requires { S::name; } || NamedStage<S>,
+                  "dflash::Pipeline: a stage's `name` must be a `static constexpr dflash::fixed_string`");
+    if constexpr (!NamedStage<S>) {
+      return false;  // reported above
+    } else if constexpr (T::template device_stage<I>) {
+      return check_device_stage<I, S>();
+    } else if constexpr (I == 0) {
+      static_assert(SourceStage<S>,
+                    "dflash::Pipeline: the first stage must be a source: input_type = void, "
+                    "std::optional<output_type> operator()()");
+    } else if constexpr (I + 1 == T::stage_count) {
+      static_assert(SinkStage<S>,
+                    "dflash::Pipeline: the last stage must be a sink: output_type = void, void operator()(input_type&&)");
+    } else {
+      static_assert(TransformStage<S>,
+                    "dflash::Pipeline: a middle stage must be a transform: output_type operator()(input_type&&)");
+    }
+    return true;
+  }
+
+  // A stage next to a link that carries device slots: the call shape its position asks.
+  template <std::size_t I, class S>
+  static consteval bool check_device_stage() {
+    using DS = device_stream<typename T::backend_type>;
+    using In = typename S::input_type;
+    using Out = typename S::output_type;
+    if constexpr (I == 0) {
+      static_assert(callable_maybe_indexed<S, Out&, DS>,
+                    "dflash::Pipeline: a source before a device_link must be callable as "
+                    "bool(output_type& slot, dflash::device_stream<B>) — enqueue the work that fills the slot, "
+                    "return false when exhausted");
+    } else if constexpr (I + 1 == T::stage_count) {
+      static_assert(callable_maybe_indexed<S, In&, DS>,
+                    "dflash::Pipeline: a sink after a device_link must be callable as "
+                    "void(input_type& slot, dflash::device_stream<B>)");
+    } else if constexpr (T::template input_slot<I>() && T::template output_slot<I>()) {
+      static_assert(callable_maybe_indexed<S, In&, Out&, DS>,
+                    "dflash::Pipeline: a stage between two device_links must be callable as "
+                    "void(input_type& in_slot, output_type& out_slot, dflash::device_stream<B>)");
+    } else if constexpr (T::template input_slot<I>()) {
+      static_assert(callable_maybe_indexed<S, In&, DS>,
+                    "dflash::Pipeline: a stage after a device_link (and before a queue_link) must be callable as "
+                    "output_type(input_type& slot, dflash::device_stream<B>)");
+    } else {
+      static_assert(callable_maybe_indexed<S, In&&, Out&, DS>,
+                    "dflash::Pipeline: a stage before a device_link must be callable as "
+                    "void(input_type&&, output_type& slot, dflash::device_stream<B>) — a host-only stage cannot "
+                    "feed a device_link");
+    }
+    return true;
+  }
+
+  template <std::size_t... L>
+  static consteval bool check_all(std::index_sequence<L...>) {
+    static_assert((PipelineLink<typename T::template link_kind<L>> && ...),
+                  "dflash::Pipeline: every second entry must be a link kind — dflash::queue_link<\"name\", depth>, "
+                  "dflash::device_link<\"name\", depth>, dflash::direct_link<\"name\", depth> (or a type modelling "
+                  "dflash::PipelineLink, e.g. dflash::mpi::net_link)");
+    if constexpr ((PipelineLink<typename T::template link_kind<L>> && ...)) {
+      static_assert(!(T::sequenced && T::has_device_links),
+                    "dflash::Pipeline: in_order stages are not supported in pipelines with device links yet");
+      return (check_stage<L>() && ...) && check_stage<T::stage_count - 1>() &&
+             (link_check<typename T::template stage_type<L>, typename T::template stage_type<L + 1>>::value && ...) &&
+             (T::template link_kind<L>::template check<T, L>() && ...);
+    } else {
+      return false;
+    }
+  }
+
+ public:
+  static constexpr bool value = check_all(std::make_index_sequence<T::link_count>{});
+};
+
+/// The stage with several workers in the direct segment starting at A, or stage_count if none.
+template <class T, std::size_t A, class Shape>
+std::size_t parallel_stage_of(const Shape& s) noexcept {
+  for (std::size_t k = A; k <= T::template segment_last<A>(); ++k)
+    if (s.workers[k] > 1) return k;
+  return T::stage_count;
+}
+
+// A direct segment runs on the threads of its one parallel stage; its source
+// (if any) is serial; an in_order stage in it directly follows the parallel stage.
+template <class T, std::size_t A, class Shape>
+void check_segment(const Shape& s) {
+  if constexpr (T::template fused_out<A>() && !T::template fused_in<A>()) {
+    constexpr std::size_t B = T::template segment_last<A>();
+    constexpr std::size_t none = T::stage_count;
+    if (A == 0 && s.workers[0] > 1)
+      throw std::invalid_argument("dflash::Pipeline: a source joined by a direct_link runs one call at a time "
+                                  "(workers must be 1, got " + std::to_string(s.workers[0]) + ")");
+    const std::size_t p = parallel_stage_of<T, A>(s);
+    for (std::size_t k = p + 1; k <= B && p < none; ++k)
+      if (s.workers[k] > 1)
+        throw std::invalid_argument("dflash::Pipeline: stages " + std::to_string(p) + " and " + std::to_string(k) +
+                                    " are joined by direct_links and both have several workers; a direct segment "
+                                    "runs on the workers of one parallel stage (put a queue_link between them)");
+    if (T::template in_order_at<A> && p < none)
+      throw std::invalid_argument("dflash::Pipeline: the in_order stage " + std::to_string(A) +
+                                  " starts a direct segment, which then runs on one thread: stage " +
+                                  std::to_string(p) + " of that segment cannot have several workers");
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (((T::template in_order_at<A + K> && K > 0 && p < none && p + 1 != A + K)
+            ? throw std::invalid_argument("dflash::Pipeline: the in_order stage " + std::to_string(A + K) +
+                                          " in a direct segment must directly follow its parallel stage (" +
+                                          std::to_string(p) + ")")
+            : void()),
+       ...);
+    }(std::make_index_sequence<B - A + 1>{});
+  }
+}
+
+/// The shape, if every size and the placement make sense for topology T; std::invalid_argument otherwise.
+template <class T, class Shape>
+Shape checked_shape(const Shape& s) {
+  for (std::size_t i = 0; i < T::stage_count; ++i)
+    if (s.workers[i] == 0)
+      throw std::invalid_argument("dflash::Pipeline: stage " + std::to_string(i) + " needs at least one worker (got 0)");
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (((T::template in_order_at<I> && s.workers[I] != 1)
+          ? throw std::invalid_argument("dflash::Pipeline: stage " + std::to_string(I) +
+                                        " is in_order and runs on exactly one worker (got " +
+                                        std::to_string(s.workers[I]) + ")")
+          : void()),
+     ...);
+  }(std::make_index_sequence<T::stage_count>{});
+  const auto names = []<std::size_t... L>(std::index_sequence<L...>) {
+    return std::array<std::string_view, T::link_count>{T::template link_kind<L>::name.view()...};
+  }(std::make_index_sequence<T::link_count>{});
+  for (std::size_t i = 0; i < T::link_count; ++i) {
+    const auto link = "dflash::Pipeline: link " + std::to_string(i) + " ('" + std::string(names[i]) + "')";
+    if (s.depths[i] == 0) throw std::invalid_argument(link + " needs a depth of at least 1 (got 0)");
+    // One limit for every link kind, whatever it allocates (a direct link's window allocates nothing).
+    if (s.depths[i] > max_ring_capacity)
+      throw std::invalid_argument(link + " needs a depth of at most 2^61 (got " + std::to_string(s.depths[i]) + ")");
+  }
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (check_segment<T, I>(s), ...); }(
+      std::make_index_sequence<T::stage_count>{});
+  // Placement: a link between this process and another must be able to cross.
+  [&]<std::size_t... L>(std::index_sequence<L...>) {
+    (((s.here(L) != s.here(L + 1) && !T::template link_kind<L>::crosses_processes)
+          ? throw std::invalid_argument(
+                "dflash::Pipeline: stages " + std::to_string(L) + " and " + std::to_string(L + 1) +
+                " run in different processes (shape.ranks), but link " + std::to_string(L) + " ('" +
+                std::string(T::template link_kind<L>::name.view()) +
+                "') cannot cross processes: make it a dflash::mpi::net_link, or place both stages on the same ranks")
+          : void()),
+     ...);
+  }(std::make_index_sequence<T::link_count>{});
+  bool any = false;
+  for (std::size_t i = 0; i < T::stage_count; ++i) any = any || s.here(i);
+  if (!any)
+    throw std::invalid_argument("dflash::Pipeline: no stage runs in this process (rank " + std::to_string(s.rank) +
+                                " is in none of shape.ranks)");
+  return s;
+}
+
+}  // namespace dflash::detail

@@ -1,0 +1,327 @@
+#pragma once
+// dflash::detail::pipeline_core<P, Specs...>: the run-time state of a Pipeline
+// that its agents (agents/*.hpp) share — the stages, one endpoint per link
+// (what the link kind's open() made), the device state, and the run control:
+// cancel, drain, the first error, the live-worker counts that close a stage's
+// output when its last worker exits. The facade (pipeline.hpp) owns one and
+// starts the agents; nothing here knows a link kind by name.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "dflash/device/event_pool.hpp"
+#include "dflash/pipeline/agents/segment_sync.hpp"
+#include "dflash/pipeline/in_order.hpp"
+#include "dflash/pipeline/item.hpp"
+#include "dflash/pipeline/link.hpp"
+#include "dflash/pipeline/shape.hpp"
+#include "dflash/pipeline/stage.hpp"
+#include "dflash/pipeline/topology.hpp"
+#include "dflash/profile/profiler_policy.hpp"
+
+namespace dflash {
+
+enum class stop_mode {
+  cancel,  ///< close every link now; threads exit after their current call
+  drain,   ///< stop the source; items already in links still reach the sink
+};
+
+/// Thrown from a stage's call to end the pipeline early and cleanly: the same
+/// as stop() (stop_mode::cancel) from outside. The call's item is dropped,
+/// every thread exits after its current call, and join() returns normally
+/// (it still rethrows a real error another stage threw). Deliberately not a
+/// std::exception, so a `catch (const std::exception&)` does not swallow it.
+/// (A source that wants to drain instead returns an empty optional.)
+struct pipeline_stop {};
+
+namespace detail {
+
+template <ProfilerPolicy P, class... Specs>
+class pipeline_core {
+ public:
+  using topo = topology<Specs...>;
+  static constexpr std::size_t stage_count = topo::stage_count;
+  static constexpr std::size_t link_count = topo::link_count;
+  using shape_type = pipeline_shape<stage_count, link_count>;
+  using backend_type = typename topo::backend_type;
+  template <std::size_t I>
+  using stage_type = typename topo::template stage_type<I>;
+  template <std::size_t L>
+  using link_kind = typename topo::template link_kind<L>;
+
+  template <std::size_t L>
+  static auto item_of() {
+    using T = typename stage_type<L>::output_type;
+    if constexpr (topo::template pending_at<L>) return std::type_identity<pending<T, backend_type>>{};
+    else if constexpr (topo::sequenced && !topo::template slots_at<L>) return std::type_identity<sequenced<T>>{};
+    else return std::type_identity<T>{};
+  }
+
+ public:
+  /// What link L carries: the producer's output_type, or it in an envelope (item.hpp).
+  template <std::size_t L>
+  using item_type = typename decltype(item_of<L>())::type;
+  /// The run-time object of link L (a bounded_queue, a device_channel, ...).
+  template <std::size_t L>
+  using endpoint_type = typename link_kind<L>::template endpoint<item_type<L>, P>;
+
+ private:
+  template <std::size_t... I>
+  static auto stages_of(std::index_sequence<I...>) -> std::tuple<stage_type<I>...>;
+  template <std::size_t... L>
+  static auto links_of(std::index_sequence<L...>) -> std::tuple<std::unique_ptr<endpoint_type<L>>...>;
+  template <std::size_t I>
+  using order_value = std::conditional_t<std::is_void_v<typename stage_type<I>::input_type>, char,
+                                         typename stage_type<I>::input_type>;
+  template <std::size_t... I>
+  static auto orders_of(std::index_sequence<I...>) -> std::tuple<reorder_buffer<order_value<I>>...>;
+
+  // Device state: owned only by pipelines with device links.
+  struct device_state_none {};
+  struct device_state_some {
+    using B = backend_type;
+    B backend;
+    std::array<std::vector<typename B::stream_type>, stage_count> streams{};
+    std::array<std::unique_ptr<event_pool<B>>, link_count> pools{};
+  };
+
+ public:
+  template <class... Args>
+  pipeline_core(const P& prof, const shape_type& shape, Args&&... stages)
+      : prof_(prof), stages_(std::forward<Args>(stages)...), shape_(shape) {
+    open_links(std::make_index_sequence<link_count>{});
+  }
+  pipeline_core(const pipeline_core&) = delete;
+  pipeline_core& operator=(const pipeline_core&) = delete;
+  ~pipeline_core() { destroy_streams(); }  // each worker already waited for its stream's work
+
+  [[nodiscard]] const P& prof() const noexcept { return prof_.get(); }
+  [[nodiscard]] const shape_type& shape() const noexcept { return shape_; }
+  template <std::size_t I>
+  [[nodiscard]] stage_type<I>& stage() noexcept {
+    return std::get<I>(stages_);
+  }
+  template <std::size_t L>
+  [[nodiscard]] endpoint_type<L>& link() noexcept {
+    return *std::get<L>(links_);
+  }
+  template <std::size_t L>
+  [[nodiscard]] bool link_open() const noexcept {
+    return std::get<L>(links_) != nullptr;
+  }
+  [[nodiscard]] auto& backend() noexcept { return dev_.backend; }
+  [[nodiscard]] auto& streams(std::size_t i) noexcept { return dev_.streams[i]; }
+  [[nodiscard]] auto& pool(std::size_t l) noexcept { return *dev_.pools[l]; }
+  [[nodiscard]] segment_sync& segment(std::size_t first) noexcept { return segs_[first]; }
+  template <std::size_t I>
+  [[nodiscard]] auto& reorder() noexcept {
+    return std::get<I>(orders_);
+  }
+
+  // ---- run control ----
+  [[nodiscard]] bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool draining() const noexcept { return draining_.load(std::memory_order_acquire); }
+  void drain() noexcept { draining_.store(true, std::memory_order_release); }
+  /// Every link wakes its blocked threads; threads exit after their current call.
+  void cancel() noexcept {
+    cancelled_.store(true, std::memory_order_release);
+    [&]<std::size_t... L>(std::index_sequence<L...>) {
+      ((link_open<L>() ? link_kind<L>::cancel(link<L>()) : void()), ...);
+    }(std::make_index_sequence<link_count>{});
+    for (auto& g : segs_) g.turn.notify_all();  // threads waiting for an in_order turn (they also re-check every 2 ms)
+  }
+  /// Records the first error and cancels.
+  void fail(std::exception_ptr e) noexcept {
+    {
+      std::lock_guard lk(err_m_);
+      if (!error_) error_ = std::move(e);
+    }
+    cancel();
+  }
+  [[nodiscard]] std::exception_ptr take_error() noexcept {
+    std::lock_guard lk(err_m_);
+    return std::exchange(error_, nullptr);
+  }
+  /// The next source sequence number, one numbering across every source worker.
+  std::uint64_t next_seq() noexcept { return source_seq_.fetch_add(1, std::memory_order_relaxed); }
+
+  /// Threads stage I starts: none if it runs on its producers' threads or in another process.
+  template <std::size_t I>
+  [[nodiscard]] std::size_t threads_of() const noexcept {
+    if (!shape_.here(I)) return 0;
+    if constexpr (topo::template fused_in<I>()) return 0;
+    else if constexpr (topo::template fused_out<I>()) {
+      const std::size_t p = parallel_stage<I>();
+      return p < stage_count ? shape_.workers[p] : 1;
+    } else {
+      return shape_.workers[I];
+    }
+  }
+  /// The stage with several workers in the direct segment starting at A, or stage_count if none.
+  template <std::size_t A>
+  [[nodiscard]] std::size_t parallel_stage() const noexcept {
+    for (std::size_t k = A; k <= topo::template segment_last<A>(); ++k)
+      if (shape_.workers[k] > 1) return k;
+    return stage_count;
+  }
+  template <std::size_t I>
+  void set_live(std::size_t n) noexcept {
+    live_[I].store(n, std::memory_order_relaxed);
+  }
+  // The last thread of stage I (of the direct segment I..B) closes its output: downstream drains and ends.
+  template <std::size_t I, std::size_t B = I>
+  void worker_exit() noexcept {
+    if (live_[I].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if constexpr (B < link_count) link_kind<B>::close(link<B>());
+    }
+  }
+  // Trace tracks read "target_forward#2", not "thread 3" (stateful policies only).
+  template <std::size_t I>
+  void name_worker(std::size_t w) const noexcept {
+    if constexpr (P::enabled) {
+      try {
+        name_this_thread(prof(), std::string(stage_type<I>::name.view()) + "#" + std::to_string(w));
+      } catch (...) {  // a name is cosmetic: never a reason to stop
+      }
+    }
+  }
+
+  // ---- items over host links ----
+  // Pops the next value of pending link I - 1 (device work may still be
+  // writing it): `wait_for(ev)` orders the consumer after that work (the host
+  // thread waits, or a stream does), then the event goes back to its pool.
+  template <std::size_t I, class Wait>
+  std::optional<typename stage_type<I>::input_type> pop_pending(Wait&& wait_for) {
+    auto got = link<I - 1>().pop();
+    std::optional<typename stage_type<I>::input_type> v;
+    if (!got) return v;
+    wait_for(got->ev);  // rethrows an error of the work that wrote it
+    pool(I - 1).release(got->ev);
+    v.emplace(std::move(got->value));
+    return v;
+  }
+  // Pops the next input of host stage I, and its sequence number when items
+  // carry one; a value device work was writing is waited for here, on this
+  // (the consumer's) thread.
+  template <std::size_t I>
+  std::optional<typename stage_type<I>::input_type> pop_input([[maybe_unused]] std::uint64_t& seq) {
+    if constexpr (topo::template pending_at<I - 1>) {
+      return pop_pending<I>([this](auto ev) { dev_.backend.host_wait(ev); });
+    } else if constexpr (topo::sequenced) {
+      auto got = link<I - 1>().pop();
+      std::optional<typename stage_type<I>::input_type> v;
+      if (got) {
+        seq = got->seq;
+        v.emplace(std::move(got->value));
+      }
+      return v;
+    } else {
+      return link<I - 1>().pop();
+    }
+  }
+  // Hands stage I's output to link I, with its sequence number when items carry one.
+  template <std::size_t I>
+  bool push_output(typename stage_type<I>::output_type&& y, [[maybe_unused]] std::uint64_t seq) {
+    if constexpr (topo::sequenced) return link<I>().push(sequenced<typename stage_type<I>::output_type>{seq, std::move(y)});
+    else return link<I>().push(std::move(y));
+  }
+  // in_order stage I: runs `run(x, seq)` if x is due, then the parked items that follow it.
+  template <std::size_t I, class Run>
+  bool deliver_in_order(typename stage_type<I>::input_type&& x, std::uint64_t seq, Run&& run) {
+    return reorder<I>().deliver(std::move(x), seq, stage_type<I>::name.view(), std::forward<Run>(run),
+                                [this] { return !cancelled(); });
+  }
+  // An in_order stage that still parks items after a normal end waited for an
+  // item that never came: report the loss instead of ending as if complete.
+  void check_in_order_complete() {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (([&] {
+         if constexpr (topo::template in_order_at<I>) {
+           auto& o = reorder<I>();
+           if (o.parked() != 0)
+             fail(std::make_exception_ptr(std::logic_error(
+                 "dflash::Pipeline: in_order stage '" + std::string(stage_type<I>::name.view()) + "' ended with " +
+                 std::to_string(o.parked()) + " item(s) parked: item #" + std::to_string(o.next()) +
+                 " never arrived, so they were not delivered")));
+         }
+       }()),
+       ...);
+    }(std::make_index_sequence<stage_count>{});
+  }
+
+  // ---- device streams: one per worker of each device stage, made by run() ----
+  void make_streams() {
+    if constexpr (topo::has_device_links) {
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (([&] {
+           if constexpr (topo::template device_stage<I>)
+             for (std::size_t w = 0; w < threads_of<I>(); ++w) dev_.streams[I].push_back(dev_.backend.create_stream());
+         }()),
+         ...);
+      }(std::make_index_sequence<stage_count>{});
+    }
+  }
+
+ private:
+  // Each link the kind's open() makes: only where a stage next to it runs in this process.
+  template <std::size_t... L>
+  void open_links(std::index_sequence<L...>) {
+    (open_link<L>(), ...);
+  }
+  template <std::size_t L>
+  void open_link() {
+    if (!shape_.here(L) && !shape_.here(L + 1)) return;
+    const link_context<P, std::conditional_t<topo::has_device_links, backend_type, no_backend>> ctx{
+        shape_.depths[L], prof(), device_backend(), std::span<const int>(shape_.ranks[L]),
+        std::span<const int>(shape_.ranks[L + 1])};
+    std::get<L>(links_) = link_kind<L>::template open<item_type<L>, P>(ctx);
+    if constexpr (topo::template pending_at<L>) dev_.pools[L] = std::make_unique<event_pool<backend_type>>(dev_.backend);
+  }
+  auto* device_backend() noexcept {
+    if constexpr (topo::has_device_links) return &dev_.backend;
+    else return static_cast<no_backend*>(nullptr);
+  }
+  void destroy_streams() noexcept {
+    if constexpr (topo::has_device_links) {
+      for (auto& v : dev_.streams) {
+        for (auto st : v) dev_.backend.destroy_stream(st);
+        v.clear();
+      }
+    }
+  }
+
+  using stages_tuple = decltype(stages_of(std::make_index_sequence<stage_count>{}));
+  using links_tuple = decltype(links_of(std::make_index_sequence<link_count>{}));
+  using orders_tuple = decltype(orders_of(std::make_index_sequence<stage_count>{}));
+  using device_state = std::conditional_t<topo::has_device_links, device_state_some, device_state_none>;
+
+  [[no_unique_address]] profiler_ref<P> prof_;
+  [[no_unique_address]] device_state dev_;  // first: stages and device links may hold its events and memory
+  stages_tuple stages_;
+  shape_type shape_;
+  links_tuple links_;
+  std::array<std::atomic<std::size_t>, stage_count> live_{};
+  std::array<segment_sync, stage_count> segs_;  // used by direct segments (indexed by first stage)
+  orders_tuple orders_;
+  std::atomic<std::uint64_t> source_seq_{0};
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> draining_{false};
+  std::mutex err_m_;
+  std::exception_ptr error_;
+};
+
+}  // namespace detail
+}  // namespace dflash

@@ -1,0 +1,30 @@
+#pragma once
+// The compile-time topology with a run-time shape, as plain data for the
+// analysis (analysis/bottleneck.hpp, analysis/what_if.hpp): each link kind
+// says how it is modelled (Link::model). Built on demand, never on a hot path.
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "dflash/analysis/pipeline_layout.hpp"
+
+namespace dflash::detail {
+
+template <class T, class Shape>
+analysis::pipeline_layout layout_of(const Shape& s) {
+  analysis::pipeline_layout out;
+  if constexpr (T::has_device_links) out.device_work_on_cpu = T::backend_type::work_on_host_cores;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (out.stages.push_back({std::string(T::template stage_type<I>::name.view()), s.workers[I],
+                           T::template device_stage<I>, T::template in_order_at<I>}),
+     ...);
+  }(std::make_index_sequence<T::stage_count>{});
+  [&]<std::size_t... L>(std::index_sequence<L...>) {
+    (out.links.push_back({std::string(T::template link_kind<L>::name.view()), T::template link_kind<L>::model, s.depths[L]}),
+     ...);
+  }(std::make_index_sequence<T::link_count>{});
+  return out;
+}
+
+}  // namespace dflash::detail

@@ -1,0 +1,57 @@
+#pragma once
+// dflash::queue_link<"hs_queue", 60>: a bounded host queue between two stages,
+// each on its own threads. The producer blocks while Depth items wait
+// (backpressure); the consumer blocks while none does. Records
+// "<Name>.push_wait" and "<Name>.pop_wait" (queue/queue_keys.hpp).
+
+#include <cstddef>
+#include <memory>
+
+#include "dflash/analysis/pipeline_layout.hpp"
+#include "dflash/pipeline/link.hpp"
+#include "dflash/profile/fixed_string.hpp"
+#include "dflash/queue/bounded_queue.hpp"
+#include "dflash/queue/queue_keys.hpp"
+
+namespace dflash {
+
+template <fixed_string Name, std::size_t Depth>
+struct queue_link {
+  static_assert(Depth > 0, "dflash::queue_link<Name, Depth>: Depth must be at least 1");
+  static constexpr auto name = Name;
+  static constexpr std::size_t depth = Depth;
+  using keys = queue_keys<Name>;
+  using consumer_threads = consumer_on_own_threads;
+  using carries = carries_values;
+  static constexpr bool crosses_processes = false;
+  static constexpr analysis::link_kind model = analysis::link_kind::queue;
+
+  template <class Item, class P>
+  using endpoint = bounded_queue<Item, P, Name>;
+
+  template <class Item, class P, class Ctx>
+  static std::unique_ptr<endpoint<Item, P>> open(const Ctx& c) {
+    return std::make_unique<endpoint<Item, P>>(c.depth, c.prof);
+  }
+  template <class E>
+  static void close(E& e) noexcept {
+    e.close();
+  }
+  // A closed queue wakes every blocked push and pop: cancelling is closing.
+  template <class E>
+  static void cancel(E& e) noexcept {
+    e.close();
+  }
+  template <class Topology, std::size_t L>
+  static consteval bool check() {
+    return true;  // any two stages whose types match (checked for every link)
+  }
+};
+
+/// queue_link's name in dflash 0.x; kept for one version. (A class, not an
+/// alias template: clang 14 does not warn on deprecated alias templates.)
+template <fixed_string Name, std::size_t Depth>
+struct [[deprecated("dflash::queue_spec<Name, Depth> is renamed dflash::queue_link<Name, Depth>")]] queue_spec
+    : queue_link<Name, Depth> {};
+
+}  // namespace dflash

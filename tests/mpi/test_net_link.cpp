@@ -1,0 +1,240 @@
+// dflash::mpi::net_link: one pipeline type on every rank, its stages placed on
+// ranks by the shape, joined across processes by a net_link. One mode per
+// ctest entry (tests/mpi/CMakeLists.txt runs each under mpirun). Exit 0 only
+// if every check held on this rank.
+
+#include <dflash/device/host_stream_backend.hpp>
+#include <dflash/dflash.hpp>
+#include <dflash/mpi.hpp>
+#include <dflash/mpi/net_link.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "watchdog.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+int g_rank = -1;
+int g_failures = 0;
+void check(bool ok, int line, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "rank %d: check failed at line %d: %s\n", g_rank, line, what);
+    ++g_failures;
+  }
+}
+#define NET_CHECK(cond) check(static_cast<bool>(cond), __LINE__, #cond)
+
+constexpr int items_per_rank = 400;
+
+struct tick {  // trivially copyable: crosses as its bytes
+  std::int32_t rank = -1;
+  std::int32_t seq = -1;
+  std::int64_t value = 0;
+};
+
+// Producer ranks make items_per_rank items each, tagged with their rank.
+struct numbers {
+  static constexpr dflash::fixed_string name{"numbers"};
+  using input_type = void;
+  using output_type = tick;
+  int rank = 0, next = 0;
+  std::optional<tick> operator()() {
+    if (next >= items_per_rank) return std::nullopt;
+    const int s = next++;
+    return tick{rank, s, 0};
+  }
+};
+struct square {
+  static constexpr dflash::fixed_string name{"square"};
+  using input_type = tick;
+  using output_type = tick;
+  tick operator()(tick&& t) const {
+    t.value = static_cast<std::int64_t>(t.seq) * t.seq + t.rank;
+    return t;
+  }
+};
+struct collect {
+  static constexpr dflash::fixed_string name{"collect"};
+  using input_type = tick;
+  using output_type = void;
+  std::vector<tick>* got;
+  int throw_after = -1;  // >= 0: throws on that item
+  void operator()(tick&& t) {
+    if (throw_after >= 0 && static_cast<int>(got->size()) == throw_after)
+      throw std::runtime_error("collect failed on purpose");
+    got->push_back(t);
+  }
+};
+
+template <class P>
+using net_pipeline = dflash::Pipeline<P, numbers, dflash::queue_link<"in", 4>, dflash::workers<square, 2>,
+                                      dflash::mpi::net_link<"net", 3>, collect>;
+
+// On the host twin: a device stage's output crosses once its work completed.
+using B = dflash::host_stream_backend;
+using DS = dflash::device_stream<B>;
+struct slot : dflash::device_item<B> {
+  tick t;
+};
+struct fill {
+  static constexpr dflash::fixed_string name{"fill"};
+  using input_type = tick;
+  using output_type = slot;
+  void operator()(tick&& in, slot& s, DS ds) {
+    tick* dst = &s.t;
+    ds.enqueue([dst, in] {  // written later, on the stream's executor thread
+      *dst = in;
+      dst->value = static_cast<std::int64_t>(in.seq) * in.seq + in.rank;
+    });
+  }
+};
+// Returns a box the enqueued work fills later (the device -> host call shape):
+// a net_link must not send it before that work is done.
+struct read {
+  static constexpr dflash::fixed_string name{"read"};
+  using input_type = slot;
+  using output_type = std::unique_ptr<tick>;
+  std::unique_ptr<tick> operator()(slot& s, DS ds) {
+    auto out = std::make_unique<tick>();
+    ds.enqueue([src = &s.t, dst = out.get()] {
+      if (src->seq % 8 == 0) std::this_thread::sleep_for(1ms);  // late, so a send that did not wait sees -1
+      *dst = *src;
+    });
+    return out;
+  }
+};
+struct collect_boxed {
+  static constexpr dflash::fixed_string name{"collect"};
+  using input_type = std::unique_ptr<tick>;
+  using output_type = void;
+  std::vector<tick>* got;
+  int throw_after = -1;
+  void operator()(std::unique_ptr<tick>&& t) { got->push_back(*t); }
+};
+template <class P>
+using device_net_pipeline = dflash::Pipeline<P, numbers, dflash::queue_link<"in", 4>, fill, dflash::device_link<"dev", 2>,
+                                             read, dflash::mpi::net_link<"net", 3>, collect_boxed>;
+
+// Stages 0..n-2 on ranks 0..size-2, the sink on the last rank.
+template <class Shape>
+void place(Shape& s, int rank, int size) {
+  std::vector<int> producers;
+  for (int r = 0; r + 1 < size; ++r) producers.push_back(r);
+  for (std::size_t i = 0; i + 1 < s.ranks.size(); ++i) s.ranks[i] = producers;
+  s.ranks.back() = {size - 1};
+  s.rank = rank;
+}
+
+template <template <class> class Pipe, class Sink = collect>
+int exactly_once(int argc, char** argv, bool throw_in_sink) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys<Pipe<dflash::NullProfiler>>>;
+  prof_t prof;
+  job.start(prof);
+  auto shape = Pipe<prof_t>::default_shape();
+  place(shape, job.rank(), job.size());
+  std::vector<tick> got;
+  const int producers = job.size() - 1;
+  const int total = producers * items_per_rank;
+  const int stop_at = total / 3;
+  {
+    Pipe<prof_t> p(prof, shape);
+    p.template stage<0>() = numbers{job.rank(), 0};
+    p.template stage<Pipe<prof_t>::stage_count - 1>() = Sink{&got, throw_in_sink ? stop_at : -1};
+    NET_CHECK(p.layout().links.back().name == "net");
+    job.run(p);
+  }
+  const auto res = job.finish();
+  const bool consumer = job.rank() == job.size() - 1;
+  if (!throw_in_sink) {
+    NET_CHECK(res.ok);
+    if (consumer) {
+      NET_CHECK(static_cast<int>(got.size()) == total);
+      std::set<std::pair<int, int>> seen;
+      for (const auto& t : got) {
+        NET_CHECK(seen.insert({t.rank, t.seq}).second);  // once
+        NET_CHECK(t.value == static_cast<std::int64_t>(t.seq) * t.seq + t.rank);
+        NET_CHECK(t.rank >= 0 && t.rank < producers && t.seq >= 0 && t.seq < items_per_rank);
+      }
+      NET_CHECK(static_cast<int>(seen.size()) == total);
+      const auto s = prof.snapshot();
+      NET_CHECK(s.find("net.pop_wait") != nullptr);  // recorded when a pop had to wait
+      NET_CHECK(s.find("collect.work")->count == static_cast<std::uint64_t>(total));
+      NET_CHECK(s.find("numbers.work")->count == 0);  // the source ran on the other ranks
+    } else {
+      NET_CHECK(got.empty());
+      const auto s = prof.snapshot();
+      NET_CHECK(s.find("net.push_wait")->count <= static_cast<std::uint64_t>(items_per_rank));  // when out of credits
+      NET_CHECK(s.find("numbers.work")->count == static_cast<std::uint64_t>(items_per_rank) + 1);  // + "done"
+      NET_CHECK(s.find("collect.work")->count == 0);
+    }
+  } else {
+    NET_CHECK(!res.ok);  // every rank learns of the failure
+    if (job.rank() == 0) NET_CHECK(res.error.find("collect failed on purpose") != std::string::npos);
+    if (consumer) NET_CHECK(static_cast<int>(got.size()) == stop_at);
+  }
+  return g_failures == 0 ? 0 : 1;
+}
+
+// A queue_link between stages placed on different ranks cannot carry items: a clear error, before anything runs.
+int placement_error(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  job.start();
+  using wrong = dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"in", 4>, square,
+                                 dflash::queue_link<"net", 3>, collect>;
+  auto shape = wrong::default_shape();
+  place(shape, job.rank(), job.size());
+  bool threw = false;
+  try {
+    wrong p(shape, numbers{job.rank(), 0}, square{}, collect{nullptr});
+    p.stop();
+  } catch (const std::invalid_argument& e) {
+    threw = std::string(e.what()).find("link 1 ('net') cannot cross processes: make it a dflash::mpi::net_link") !=
+            std::string::npos;
+    if (!threw) std::fprintf(stderr, "rank %d: unexpected message: %s\n", g_rank, e.what());
+  }
+  NET_CHECK(threw);
+  NET_CHECK(job.finish().ok);
+  return g_failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+template <>
+struct dflash::mpi::wire<std::unique_ptr<tick>> {
+  static void for_each_field(std::unique_ptr<tick>& p, auto&& f) {
+    if (!p) p = std::make_unique<tick>();  // receiving: a fresh box
+    f(p->rank), f(p->seq), f(p->value);
+  }
+};
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  watchdog wd("test_net_link " + mode, 20s);
+  try {
+    if (mode == "exactly_once") return exactly_once<net_pipeline>(argc, argv, false);
+    if (mode == "device") return exactly_once<device_net_pipeline, collect_boxed>(argc, argv, false);
+    if (mode == "throw_consumer") return exactly_once<net_pipeline>(argc, argv, true);
+    if (mode == "placement") return placement_error(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "test_net_link: unknown mode '%s' (exactly_once, device, throw_consumer, placement)\n",
+               mode.c_str());
+  return 2;
+}

@@ -1,0 +1,147 @@
+// The pipeline's topology as pure compile-time functions (topology.hpp), and
+// the test of the link-kind design: a link kind written here, in one place,
+// that the pipeline runs without knowing it.
+#include <catch2/catch.hpp>
+
+#include <dflash/device/host_stream_backend.hpp>
+#include <dflash/pipeline.hpp>
+#include <dflash/profile/accumulating_profiler.hpp>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "watchdog.hpp"
+
+namespace {
+
+using B = dflash::host_stream_backend;
+using DS = dflash::device_stream<B>;
+struct slot : dflash::device_item<B> {
+  int v = 0;
+};
+
+struct numbers {
+  static constexpr dflash::fixed_string name{"numbers"};
+  using input_type = void;
+  using output_type = int;
+  int n = 0, end = 1000;
+  std::optional<int> operator()() { return n < end ? std::optional<int>(n++) : std::nullopt; }
+};
+struct twice {
+  static constexpr dflash::fixed_string name{"twice"};
+  using input_type = int;
+  using output_type = int;
+  int operator()(int&& x) const { return 2 * x; }
+};
+struct fill {
+  static constexpr dflash::fixed_string name{"fill"};
+  using input_type = int;
+  using output_type = slot;
+  void operator()(int&& x, slot& s, DS) { s.v = x; }
+};
+struct read {
+  static constexpr dflash::fixed_string name{"read"};
+  using input_type = slot;
+  using output_type = int;
+  int operator()(slot& s, DS) { return s.v; }
+};
+struct collect {
+  static constexpr dflash::fixed_string name{"collect"};
+  using input_type = int;
+  using output_type = void;
+  std::vector<int> got;
+  void operator()(int&& x) { got.push_back(x); }
+};
+
+using T = dflash::detail::topology<numbers, dflash::queue_link<"a", 4>, dflash::workers<twice, 3>,
+                                   dflash::direct_link<"b", 2>, dflash::in_order<collect>>;
+static_assert(T::stage_count == 3 && T::link_count == 2);
+static_assert(std::is_same_v<T::stage_type<1>, twice> && T::workers_of<1> == 3 && T::workers_of<2> == 1);
+static_assert(!T::in_order_at<0> && !T::in_order_at<1> && T::in_order_at<2>);
+static_assert(!T::fused_at<0> && T::fused_at<1>);
+static_assert(!T::fused_in<1>() && T::fused_out<1>() && T::fused_in<2>());
+static_assert(T::segment_first<2>() == 1 && T::segment_last<1>() == 2 && T::segment_last<0>() == 0);
+static_assert(!T::has_device_links && T::sequenced && !T::device_stage<0> && !T::device_stage<2>);
+static_assert(dflash::detail::topology_keys<T>::type::size == 10);  // 3 stages x wait/work + 2 links x 2
+
+using D = dflash::detail::topology<numbers, dflash::queue_link<"in", 2>, fill, dflash::device_link<"dev", 2>, read,
+                                   dflash::queue_link<"out", 2>, collect>;
+static_assert(D::has_device_links && std::is_same_v<D::backend_type, B> && !D::sequenced);
+static_assert(!D::device_stage<0> && D::device_stage<1> && D::device_stage<2> && !D::device_stage<3>);
+static_assert(D::slots_at<1> && !D::slots_at<0> && D::output_slot<1>() && D::input_slot<2>());
+static_assert(D::pending_at<2> && !D::pending_at<0> && !D::pending_at<1>);
+// the device stages' keys include "<stage>.gpu"
+static_assert(dflash::detail::topology_keys<D>::type::size == 4 * 2 + 2 + 3 * 2);
+
+// A link kind written by a user: a host queue that also counts what crossed
+// it. Nothing in the pipeline names it; it answers the PipelineLink questions.
+std::atomic<int> opened{0};
+template <class Item, class P>
+struct counting_queue : dflash::bounded_queue<Item, P, "counted"> {
+  using dflash::bounded_queue<Item, P, "counted">::bounded_queue;
+  std::atomic<int> pushed{0};
+  bool push(Item&& x) {
+    const bool ok = dflash::bounded_queue<Item, P, "counted">::push(std::move(x));
+    pushed.fetch_add(ok ? 1 : 0, std::memory_order_relaxed);
+    return ok;
+  }
+};
+struct counted_link {
+  static constexpr dflash::fixed_string name{"counted"};
+  static constexpr std::size_t depth = 3;
+  using keys = dflash::queue_keys<name>;
+  using consumer_threads = dflash::consumer_on_own_threads;
+  using carries = dflash::carries_values;
+  static constexpr bool crosses_processes = false;
+  static constexpr dflash::analysis::link_kind model = dflash::analysis::link_kind::queue;
+  template <class Item, class P>
+  using endpoint = counting_queue<Item, P>;
+  template <class Item, class P, class Ctx>
+  static std::unique_ptr<endpoint<Item, P>> open(const Ctx& c) {
+    opened.fetch_add(1);
+    return std::make_unique<endpoint<Item, P>>(c.depth, c.prof);
+  }
+  template <class E>
+  static void close(E& e) noexcept {
+    e.close();
+  }
+  template <class E>
+  static void cancel(E& e) noexcept {
+    e.close();
+  }
+  template <class Topology, std::size_t L>
+  static consteval bool check() {
+    return true;
+  }
+};
+static_assert(dflash::PipelineLink<counted_link>);
+static_assert(!dflash::PipelineLink<twice>);
+
+}  // namespace
+
+TEST_CASE("a link kind the library does not know runs in a pipeline: exactly once, in order, keys recorded") {
+  watchdog dog("a user-written link kind", std::chrono::seconds(60));
+  using pipe_of = dflash::Pipeline<dflash::NullProfiler, numbers, counted_link, dflash::workers<twice, 4>,
+                                   dflash::queue_link<"out", 8>, dflash::in_order<collect>>;
+  opened = 0;
+  pipe_of p;
+  p.run_to_completion();
+  CHECK(opened == 1);
+  CHECK(p.link<0>().pushed == 1000);
+  const auto& got = p.stage<2>().got;
+  REQUIRE(got.size() == 1000);
+  for (int i = 0; i < 1000; ++i) REQUIRE(got[static_cast<std::size_t>(i)] == 2 * i);
+
+  using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys<pipe_of>>;
+  prof_t prof;
+  dflash::Pipeline<prof_t, numbers, counted_link, dflash::workers<twice, 4>, dflash::queue_link<"out", 8>,
+                   dflash::in_order<collect>>
+      q(prof);
+  q.run_to_completion();
+  const auto s = prof.snapshot();
+  CHECK(s.find("counted.push_wait")->count == 1000);
+  CHECK(s.find("counted.pop_wait")->count == 1004);  // + each of 4 workers' final empty pop
+  CHECK(q.layout().links[0].name == "counted");
+}
