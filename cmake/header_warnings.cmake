@@ -73,8 +73,9 @@ function(dflash_add_header_warnings_check)
     endif()
   endforeach()
   # The host-core headers compile against dflash::dflash alone, without CCCL on
-  # the include path, as a host-core consumer has them: a core header that
-  # reaches CCCL fails here. The rest compile against dflash::ops.
+  # the include path, as a host-core consumer has them; the rest against
+  # dflash::ops. (Which is which is read from the includes; a core header that
+  # starts to need CCCL fails the core's tests, which link dflash::dflash only.)
   add_library(dflash_header_warnings OBJECT ${_sources})
   target_link_libraries(dflash_header_warnings PRIVATE dflash::dflash)
   set(_checks dflash_header_warnings)
