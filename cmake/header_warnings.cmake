@@ -10,13 +10,13 @@ endif()
 
 # dflash_headers_needing_cccl(OUT headers...): those of the headers (paths
 # relative to include/) that include CCCL (<thrust/..>, <cub/..>, <cuda/..>,
-# <nv/..>) directly or through other dflash headers.
+# <nv/..>) or test for it (__has_include), directly or through other dflash headers.
 function(dflash_headers_needing_cccl out)
   set(_all ${ARGN})
   set(_needs)
   foreach(_h IN LISTS _all)
-    file(STRINGS ${PROJECT_SOURCE_DIR}/include/${_h} _inc_${_h} REGEX "^#[ \t]*include[ \t]*[<\"]")
-    if(_inc_${_h} MATCHES "#[ \t]*include[ \t]*<(thrust|cub|cuda|nv)/")
+    file(STRINGS ${PROJECT_SOURCE_DIR}/include/${_h} _inc_${_h} REGEX "^#[ \t]*(include[ \t]*[<\"]|if)")
+    if(_inc_${_h} MATCHES "(#[ \t]*include[ \t]*|__has_include\\()<(thrust|cub|cuda|nv)/")
       list(APPEND _needs ${_h})
     endif()
   endforeach()
