@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every benchmark binary of a build and writes docs/benchmarks.md (tables,
-# ratios) and docs/benchmarks.png (gnuplot). Benchmarks are not tests.
+# Runs every benchmark binary of a build, and scripts/compile_time.py, and writes
+# docs/benchmarks.md (tables, ratios) and docs/benchmarks.png (gnuplot). Benchmarks are not tests.
 #
 # usage: scripts/bench.sh [BUILD_DIR=build/release] [MIN_TIME=0.3]
 #        scripts/bench.sh --report-only [BUILD_DIR]   (tables and plot again from the last run's results)
@@ -36,6 +36,11 @@ if [[ -x $mpi_bench ]] && command -v mpirun >/dev/null; then
   echo "== bench_mpi_link (mpirun -np 2)"
   mpirun --oversubscribe --allow-run-as-root -np 2 "$mpi_bench" 9 | tee "$results/bench_mpi_link.txt"
 fi
+
+# Compile time: a dflash pipeline TU and examples/quickstart.cpp next to the same pipeline in
+# oneTBB, g++ -O2, interleaved rounds (CPU seconds of the compiler; no ccache).
+echo "== compile_time"
+python3 scripts/compile_time.py --out "$results/compile_time.json" | tee "$results/compile_time.txt"
 
 fi
 

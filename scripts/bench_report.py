@@ -117,6 +117,10 @@ GOALS = [
      "1P1C cap 1024", "bounded_queue", "moodycamel", 0.5, True),
     ("AccumulatingProfiler<tsc_clock> zone / bare TSC pair (cost)", "zone/TSC pair", "compare_profiler", "TSC clock",
      "AccumulatingProfiler", "bare", 1.15, False),
+    ("Compile time, pipeline TU (pipeline.hpp + profile.hpp) / the same in oneTBB (g++ -O2, CPU)", "compile/TBB",
+     "compile_time", "g++ -O2 compile, CPU time", "dflash::Pipeline", "tbb", 1.5, False),
+    ("Compile time, examples/quickstart.cpp (dflash.hpp) / the pipeline in oneTBB (g++ -O2, CPU)", "quickstart/TBB",
+     "compile_time", "g++ -O2 compile, CPU time", "quickstart", "tbb", 2.0, False),
 ]
 
 

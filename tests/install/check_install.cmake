@@ -14,6 +14,13 @@
 #                         the toolkit's include folder in no compile command; the
 #                         header check (dflash_header_warnings) must build. Slow
 #                         (every public header): run by .ci/run, not by ctest.
+#   -DMODE=no_cccl        the host core alone, as on a machine with neither CCCL nor the
+#                         CUDA toolkit: the toolkit hidden as for no_toolkit, CCCL not
+#                         looked for (and unreachable from the compiler); dflash configures
+#                         with its tests, builds and runs HOST_TESTS (a ;-list of test
+#                         targets), installs, and a consumer of dflash::dflash alone builds
+#                         and runs; find_package(dflash COMPONENTS ops) must fail naming
+#                         the missing CCCL. Slow (builds tests): run by .ci/run, not by ctest.
 # Common: [-DMPI=ON: the consumer also uses dflash::mpi] -DWORK=scratch -DSOURCE=consumer dir -DCXX=compiler [-DCUDA_COMPILER=nvcc]
 #         [-DCUDA_ARCHS=90] -DCCCL_DIR=<the build's CCCL_DIR> -DSOURCE_DIR=dflash source
 file(REMOVE_RECURSE ${WORK})
@@ -32,10 +39,72 @@ if(CUDA_COMPILER)
     list(APPEND consumer_args -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS})
   endif()
 endif()
-if(MPI AND NOT MODE STREQUAL "no_toolkit")
+if(MPI AND NOT MODE MATCHES "^(no_toolkit|no_cccl)$")
   list(APPEND consumer_args -DCONSUMER_MPI=ON)
 endif()
 set(expect_cccl "${CCCL_DIR}")
+
+# As on a machine without the CUDA toolkit: nvcc's folder off PATH, FindCUDAToolkit finds
+# nothing (it would look in /usr/local/cuda), and the compiler's own search path without
+# folders that reach the toolkit (an image that links its headers into /usr/local/include).
+# Sets env (a command prefix) and flags (CMAKE_CXX_FLAGS: the search path, given explicitly).
+macro(hide_toolkit)
+  string(REGEX REPLACE "[^:]*cuda[^:]*:?" "" path "$ENV{PATH}")
+  set(env ${CMAKE_COMMAND} -E env --unset=CUDA_PATH --unset=CUDAToolkit_ROOT "PATH=${path}")
+  execute_process(COMMAND ${CXX} -xc++ -E -v /dev/null OUTPUT_QUIET ERROR_VARIABLE v)
+  string(REGEX MATCH "#include <...> search starts here:\n(.*)End of search list" _ "${v}")
+  string(REGEX REPLACE "\n" ";" dirs "${CMAKE_MATCH_1}")
+  set(flags -nostdinc)
+  foreach(d IN LISTS dirs)
+    string(STRIP "${d}" d)
+    if(d AND NOT EXISTS ${d}/cuda_runtime.h AND NOT EXISTS ${d}/cuda_runtime_api.h)
+      list(APPEND flags -isystem ${d})
+    endif()
+  endforeach()
+  list(JOIN flags " " flags)
+  separate_arguments(flag_list UNIX_COMMAND "${flags}")
+endmacro()
+
+# expect_unreachable(HEADER): HEADER must not compile with the hidden search path.
+function(expect_unreachable header)
+  file(WRITE ${WORK}/probe.cpp "#include <${header}>\n")
+  execute_process(COMMAND ${CXX} ${flag_list} -fsyntax-only ${WORK}/probe.cpp RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "${header} is still reachable with ${flags}")
+  endif()
+endfunction()
+
+if(MODE STREQUAL "no_cccl")
+  hide_toolkit()
+  foreach(h cuda_runtime.h thrust/version.h cub/version.cuh cuda/std/atomic)
+    expect_unreachable(${h})
+  endforeach()
+  set(no_deps)
+  foreach(pkg CCCL CUDAToolkit CLI11 benchmark)
+    list(APPEND no_deps -DCMAKE_DISABLE_FIND_PACKAGE_${pkg}=ON)
+  endforeach()
+  set(BUILD_DIR ${WORK}/dflash-build)
+  run("configuring dflash without CCCL and without the toolkit"
+      ${env} ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BUILD_DIR} -G Ninja -DCMAKE_CXX_COMPILER=${CXX}
+      -DDFLASH_ENABLE_CUDA=OFF -DDFLASH_ENABLE_MPI=OFF -DDFLASH_BUILD_TESTS=ON -DDFLASH_BUILD_ZERO_COST=OFF
+      -DDFLASH_CHECK_HEADER_WARNINGS=OFF ${no_deps} "-DCMAKE_CXX_FLAGS=${flags}")
+  if(NOT out MATCHES "CCCL OFF")
+    message(FATAL_ERROR "the configure did not report CCCL OFF:\n${out}")
+  endif()
+  if(NOT HOST_TESTS)
+    message(FATAL_ERROR "MODE=no_cccl needs -DHOST_TESTS=<test targets>")
+  endif()
+  run("building ${HOST_TESTS} without CCCL" ${env} ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${HOST_TESTS})
+  list(JOIN HOST_TESTS "|" re)
+  run("running ${HOST_TESTS}" ${CMAKE_CTEST_COMMAND} --test-dir ${BUILD_DIR} -R "^(${re})$" --output-on-failure)
+  message(STATUS "${out}")
+  list(LENGTH HOST_TESTS n)
+  if(NOT out MATCHES "100% tests passed, 0 tests failed out of ${n}\n")
+    message(FATAL_ERROR "expected ${n} host tests to pass:\n${out}")
+  endif()
+  list(APPEND consumer_args -DCONSUMER_OPS=OFF "-DCMAKE_CXX_FLAGS=${flags}")
+  set(expect_cccl "")
+endif()
 
 if(MODE MATCHES "^(standalone_cccl|no_toolkit)$")
   # A CCCL 3 release's layout: <root>/include/{cub,cuda,nv,thrust}, <root>/lib/cmake/<pkg>/.
@@ -53,22 +122,7 @@ if(MODE MATCHES "^(standalone_cccl|no_toolkit)$")
   set(env)
   set(extra)
   if(MODE STREQUAL "no_toolkit")
-    # nvcc's folder off PATH, and FindCUDAToolkit finds nothing (it would look in /usr/local/cuda).
-    string(REGEX REPLACE "[^:]*cuda[^:]*:?" "" path "$ENV{PATH}")
-    set(env ${CMAKE_COMMAND} -E env --unset=CUDA_PATH --unset=CUDAToolkit_ROOT "PATH=${path}")
-    # The compiler's own search path may reach the toolkit too (an image that links its headers
-    # into /usr/local/include): the same path without such folders, given explicitly.
-    execute_process(COMMAND ${CXX} -xc++ -E -v /dev/null OUTPUT_QUIET ERROR_VARIABLE v)
-    string(REGEX MATCH "#include <...> search starts here:\n(.*)End of search list" _ "${v}")
-    string(REGEX REPLACE "\n" ";" dirs "${CMAKE_MATCH_1}")
-    set(flags -nostdinc)
-    foreach(d IN LISTS dirs)
-      string(STRIP "${d}" d)
-      if(d AND NOT EXISTS ${d}/cuda_runtime.h AND NOT EXISTS ${d}/cuda_runtime_api.h)
-        list(APPEND flags -isystem ${d})
-      endif()
-    endforeach()
-    list(JOIN flags " " flags)
+    hide_toolkit()
     set(extra -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DDFLASH_CHECK_HEADER_WARNINGS=ON -DDFLASH_ENABLE_MPI=OFF
               -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "-DCMAKE_CXX_FLAGS=${flags}")
   endif()
@@ -94,12 +148,7 @@ if(MODE MATCHES "^(standalone_cccl|no_toolkit)$")
     if(NOT at1 EQUAL -1 OR NOT at2 EQUAL -1)
       message(FATAL_ERROR "a compile command still names the toolkit's include folder ${toolkit_inc}")
     endif()
-    separate_arguments(flag_list UNIX_COMMAND "${flags}")
-    file(WRITE ${WORK}/probe.cpp "#include <cuda_runtime.h>\n")
-    execute_process(COMMAND ${CXX} ${flag_list} -fsyntax-only ${WORK}/probe.cpp RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
-    if(rc EQUAL 0)
-      message(FATAL_ERROR "cuda_runtime.h is still reachable with ${flags}")
-    endif()
+    expect_unreachable(cuda_runtime.h)
     run("building the header check without the toolkit"
         ${env} ${CMAKE_COMMAND} --build ${BUILD_DIR} --target dflash_header_warnings)
   endif()
@@ -116,7 +165,7 @@ else()
   list(APPEND consumer_args -DCMAKE_PREFIX_PATH=${WORK}/prefix)
 endif()
 
-run("configuring the consumer" ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -G Ninja ${consumer_args})
+run("configuring the consumer" ${env} ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -G Ninja ${consumer_args})
 message(STATUS "${out}")
 if(expect_cccl AND NOT MODE STREQUAL "add_subdirectory")
   get_filename_component(expect_cccl "${expect_cccl}" ABSOLUTE)
@@ -128,14 +177,29 @@ if(expect_cccl AND NOT MODE STREQUAL "add_subdirectory")
     message(FATAL_ERROR "the installed dflash found CCCL in '${got}', its build used '${expect_cccl}'")
   endif()
 endif()
-run("building the consumer" ${CMAKE_COMMAND} --build ${WORK}/build)
-run("running the consumer" ${WORK}/build/consumer)
-message(STATUS "consumer: ${out}")
-if(MPI AND NOT MODE STREQUAL "no_toolkit")
+if(MODE STREQUAL "no_cccl" AND NOT out MATCHES "consumer: CCCL_DIR=\n")
+  message(FATAL_ERROR "find_package(dflash) without components looked for CCCL:\n${out}")
+endif()
+run("building the consumer" ${env} ${CMAKE_COMMAND} --build ${WORK}/build)
+run("running the host-core consumer" ${WORK}/build/consumer_core)
+message(STATUS "consumer_core: ${out}")
+if(NOT MODE STREQUAL "no_cccl")
+  run("running the consumer" ${WORK}/build/consumer)
+  message(STATUS "consumer: ${out}")
+endif()
+if(MPI AND NOT MODE MATCHES "^(no_toolkit|no_cccl)$")
   run("running the MPI consumer" ${WORK}/build/consumer_mpi)
   message(STATUS "${out}")
 endif()
 if(CUDA_COMPILER)
   # Built is what is checked (no device needed): run it only for its host part.
   run("running the CUDA consumer" ${WORK}/build/consumer_cuda)
+endif()
+if(MODE STREQUAL "no_cccl")
+  # Asking for the ops of a dflash installed without CCCL: a configure error that says why.
+  execute_process(COMMAND ${env} ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build-ops -G Ninja ${consumer_args} -DCONSUMER_OPS=ON
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(rc EQUAL 0 OR NOT out MATCHES "component ops: this dflash was installed from a build without CCCL")
+    message(FATAL_ERROR "find_package(dflash COMPONENTS ops) of a dflash without CCCL: expected a configure error naming the missing CCCL, got (${rc}):\n${out}")
+  endif()
 endif()

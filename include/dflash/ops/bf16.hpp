@@ -5,6 +5,8 @@
 // float -> bf16 rounds to nearest even; NaN becomes the canonical quiet NaN
 // 0x7FFF (what cvt.rn.bf16.f32 produces); bf16 -> float is exact.
 
+#include "dflash/detail/require_cccl.hpp"  // first: a clear error without CCCL
+
 #include <cstdint>
 #include <cuda/std/bit>
 

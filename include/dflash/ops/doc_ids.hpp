@@ -14,6 +14,8 @@
 // or a CUDA policy in a .cu TU. The stream-ordered, allocation-free GPU path
 // (CUB, caller-owned temp storage) is dflash::ops::gpu::doc_ids in doc_ids.cuh.
 
+#include "dflash/detail/require_cccl.hpp"  // first: a clear error without CCCL
+
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -23,6 +23,8 @@
 // are totally ordered: no push can succeed after close() returned, and a
 // consumer reports `closed` only when every reserved position was consumed.
 
+#include "dflash/detail/require_cccl.hpp"  // first: a clear error without CCCL
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
