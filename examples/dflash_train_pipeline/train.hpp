@@ -29,7 +29,7 @@
 #include "advice.hpp"
 #include "cli.hpp"
 #include "signals.hpp"
-#include "stages.hpp"
+#include "train_pipeline.hpp"
 
 namespace dflash_example {
 
@@ -169,7 +169,7 @@ inline std::string describe(const Setup& s, bool profiled) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%s: %lld steps | %d target workers | target hidden %d x %zu taps = %d features | seq-len %d | "
-                "block %d | %d anchors | window %d | queues batch %d, post %d, hs %d | device %s | %s\n"
+                "block %d | %d anchors | window %d | depths: batch queue %d, hs_device link %d, hs queue %d | device %s | %s\n"
                 "drafter: %zu parameters, trained with clipped Adam on the CPU\n",
                 profiled ? "dflash_train_pipeline_profiled" : "dflash_train_pipeline",
                 static_cast<long long>(o.steps), o.target_workers, o.hidden, s.target.taps().size(),
