@@ -73,7 +73,7 @@ typename target_rank_pipeline<P, B>::shape_type target_shape(const Options& o) {
   auto shape = target_rank_pipeline<P, B>::default_shape();
   shape.workers[1] = static_cast<std::size_t>(o.target_workers);
   shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
-  shape.depths[1] = static_cast<std::size_t>(o.post_queue_depth);
+  shape.depths[1] = static_cast<std::size_t>(o.post_link_depth);
   return shape;
 }
 template <class P>

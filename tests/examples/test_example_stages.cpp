@@ -163,8 +163,8 @@ TEST_CASE("CLI: values are parsed and bad input is a usage error", "[example][cl
   CHECK(o.device == device_kind::cuda);
   CHECK(o.seed == 9);
   CHECK(Options{}.hs_queue_depth == 60);
-  CHECK(parse({"--post-queue-depth", "3"}, o, true) == -1);  // the hs_device link's slots
-  CHECK(o.post_queue_depth == 3);
+  CHECK(parse({"--post-link-depth", "3"}, o, true) == -1);  // the hs_device link's slots
+  CHECK(o.post_link_depth == 3);
 
   std::string err;
   for (const auto& bad : std::vector<std::vector<std::string>>{{"--bogus"},
@@ -173,7 +173,7 @@ TEST_CASE("CLI: values are parsed and bad input is a usage error", "[example][cl
                                                                {"--steps", "-3"},
                                                                {"--target-workers", "0"},
                                                                {"--hs-queue-depth", "0"},
-                                                               {"--post-queue-depth", "0"},
+                                                               {"--post-link-depth", "0"},
                                                                {"--batch-queue-depth", "-1"},
                                                                {"--profile-interval", "-1"},
                                                                {"--profile-interval", "soon"},
