@@ -46,18 +46,6 @@ fi
 
 python3 scripts/bench_report.py "$results" docs/benchmarks.md
 if command -v gnuplot >/dev/null && [[ -s $results/plot.dat ]]; then
-  pipeline_plot="" goals_plot=""
-  [[ -s $results/plot_pipeline.dat ]] &&
-    pipeline_plot="set title 'Pipeline efficiency: measured / slowest-stage bound; example profiled / plain';
-      set xtics norotate; set yrange [0:1.1]; plot '$results/plot_pipeline.dat' using 0:2:xtic(1) with boxes lc rgb '#5a9e4b'"
-  [[ -s $results/plot_goals.dat ]] &&
-    goals_plot="set title 'Performance targets: dflash / anchor, median of interleaved rounds (see the table for targets)';
-      set xtics noenhanced norotate font ',9'; set logscale y 10; set yrange [0.01:*];
-      plot '$results/plot_goals.dat' using 0:2:xtic(1) with boxes lc rgb '#b5562f'; unset logscale y"
-  gnuplot -e "set terminal pngcairo size 1000,1150 font ',10'; set output 'docs/benchmarks.png';
-    set multiplot layout 3,1; set style fill solid 0.8; set boxwidth 0.6; set grid ytics; unset key;
-    set xtics noenhanced rotate by -20; set title 'Scoped-timer cost as a ratio to a bare pair of clock reads (same run)';
-    set yrange [0:*]; plot '$results/plot.dat' using 0:2:xtic(1) with boxes lc rgb '#3b6ea5';
-    $pipeline_plot; $goals_plot; unset multiplot"
+  scripts/bench_plot.sh "$results" docs/benchmarks.png
 fi
 echo "wrote docs/benchmarks.md$( [[ -f docs/benchmarks.png ]] && echo ' and docs/benchmarks.png')"

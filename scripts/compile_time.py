@@ -44,13 +44,13 @@ int main() {
   auto square = dflash::stage<"square">([](int x) { return 1LL * x * x; });
   auto add = dflash::stage<"sum">([&](long long v) { sum += v; });
   auto build = [&](const auto& prof) {
-    return dflash::make_pipeline(prof, numbers, dflash::queue_spec<"in", 64>{}, dflash::parallel<2>(square),
-                                 dflash::queue_spec<"out", 64>{}, dflash::in_order(add));
+    return dflash::make_pipeline(prof, numbers, dflash::queue_link<"in", 64>{}, dflash::parallel<2>(square),
+                                 dflash::queue_link<"out", 64>{}, dflash::in_order(add));
   };
   build(dflash::NullProfiler{}).run_to_completion();
   std::printf("sum %lld\n", sum);
   next = 0, sum = 0;
-  dflash::AccumulatingProfiler<dflash::pipeline_keys_of<decltype(build)>> prof;
+  dflash::AccumulatingProfiler<dflash::pipeline_keys<decltype(build)>> prof;
   build(prof).run_to_completion();
   std::printf("sum %lld\n%s", sum, prof.summary().c_str());
 }

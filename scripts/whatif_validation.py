@@ -20,9 +20,9 @@ EXAMPLE = [  # (what-if, extra args for the real run)
     ("target_forward.workers=4", ["--target-workers", "4"]),
     ("hs_queue.depth=2", ["--hs-queue-depth", "2"]),
     ("hs_queue.depth=8", ["--hs-queue-depth", "8"]),
-    ("hs_device.depth=1", ["--post-queue-depth", "1"]),
-    ("hs_device.depth=2", ["--post-queue-depth", "2"]),
-    ("hs_device.depth=8", ["--post-queue-depth", "8"]),
+    ("hs_device.depth=1", ["--post-link-depth", "1"]),
+    ("hs_device.depth=2", ["--post-link-depth", "2"]),
+    ("hs_device.depth=8", ["--post-link-depth", "8"]),
     ("drafter.speed=0.6667", ["--slow-drafter", "1.5"]),
     ("drafter.speed=0.5", ["--slow-drafter", "2"]),
 ]

@@ -116,7 +116,7 @@ struct mask_data {
 
 void BM_block_mask_sparse(benchmark::State& st) {
   mask_data m;
-  for (auto _ : st) benchmark::DoNotOptimize(build_block_mask(m.p, {128, 128}, m.d.doc_id, m.d.pos, m.anchors, m.keep));
+  for (auto _ : st) benchmark::DoNotOptimize(build_block_mask(m.p, {128, 128}, m.d, m.anchors, m.keep));
   st.SetItemsProcessed(st.iterations() * m.p.num_queries() * m.p.num_kv());
 }
 

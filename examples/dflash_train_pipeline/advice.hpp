@@ -35,7 +35,7 @@ inline dflash::analysis::advice_options advice_options_for(const Options& o, con
   dflash::analysis::advice_options a;
   a.knobs = {{"target_forward.workers", "--target-workers"},
              {"batch_queue.depth", "--batch-queue-depth"},
-             {"hs_device.depth", "--post-queue-depth"},
+             {"hs_device.depth", "--post-link-depth"},
              {"hs_queue.depth", "--hs-queue-depth"}};
   for (const auto& w : o.what_if) a.requested.push_back(dflash::analysis::parse_scenario(w, lay));
   a.format = o.profile_format == output_format::json ? dflash::report_format::json : dflash::report_format::table;

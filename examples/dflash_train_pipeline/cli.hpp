@@ -110,7 +110,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
   app.add_option("--target-workers", o.target_workers, "target-forward threads")->transform(in_range(1, 256))->capture_default_str();
   app.add_option("--batch-queue-depth", o.batch_queue_depth, "capacity of the source -> target queue")
       ->transform(in_range(1, 1 << 20))->capture_default_str();
-  app.add_option("--post-queue-depth", o.post_queue_depth,
+  app.add_option("--post-link-depth", o.post_link_depth,
                  "slots of the hs_device link (target workers -> postprocess, device-resident)")
       ->transform(in_range(1, 1 << 20))->capture_default_str();
   app.add_option("--hs-queue-depth", o.hs_queue_depth, "capacity of the HS queue (postprocess -> drafter)")

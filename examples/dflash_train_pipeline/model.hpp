@@ -1,5 +1,6 @@
 #pragma once
-// Compute core of the DFlash example (CPU, std only, deterministic given seeds).
+// Compute core of the DFlash example (CPU, deterministic given seeds; the
+// library serves only its argument checks).
 //
 // TargetModel: frozen, random. Embedding [V,H] + L layers
 //   h += tanh(rms(h) A_l + rms(causal_mean_in_doc(h)) C_l + b_l).
@@ -30,21 +31,16 @@
 #include <string_view>
 #include <vector>
 
+#include <dflash/detail/argument_checks.hpp>
+
 #include "synthetic_data.hpp"
 
 namespace dflash_example {
 
+/// The library's argument checks; messages are "<op>: <what>" (the example's ops name themselves).
+inline constexpr dflash::detail::argument_checks checks{""};
+
 namespace detail {
-[[noreturn]] inline void fail(std::string_view op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-inline void require(bool ok, std::string_view op, const std::string& what) {
-  if (!ok) fail(op, what);
-}
-inline void require_size(std::size_t got, std::size_t want, std::string_view op, std::string_view name) {
-  if (got != want)
-    fail(op, std::string(name) + " has " + std::to_string(got) + " elements, expected " + std::to_string(want));
-}
 inline std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }
 
 // Row-vector kernels over row-major matrices W[in, out]. Inner loops run over
@@ -152,10 +148,10 @@ void init_uniform(SplitMix64& r, std::span<T> w, double stddev) noexcept {
 /// 1 .. n-3 (rounded). The recipes tie num_taps to the drafter depth; here it is free.
 [[nodiscard]] inline std::vector<std::int32_t> tap_layers(std::int32_t num_layers, std::int32_t num_taps) {
   constexpr std::string_view op = "tap_layers";
-  detail::require(num_layers >= 1, op, "num_layers = " + std::to_string(num_layers) + " must be positive");
-  detail::require(num_taps >= 1, op, "num_taps = " + std::to_string(num_taps) + " must be positive");
+  checks.require(num_layers >= 1, op, "num_layers = " + std::to_string(num_layers) + " must be positive");
+  checks.require(num_taps >= 1, op, "num_taps = " + std::to_string(num_taps) + " must be positive");
   if (num_taps == 1) return {num_layers / 2};
-  detail::require(num_layers >= 4, op,
+  checks.require(num_layers >= 4, op,
                   "spreading " + std::to_string(num_taps) + " taps over layers 1..n-3 needs n >= 4 (got " +
                       std::to_string(num_layers) + ")");
   const double start = 1, span = num_layers - 3 - start;
@@ -179,7 +175,7 @@ class TargetModel {
  public:
   explicit TargetModel(const TargetConfig& cfg) : cfg_(cfg) {
     constexpr std::string_view op = "TargetModel";
-    detail::require(cfg.vocab >= 1 && cfg.hidden >= 1 && cfg.layers >= 1, op,
+    checks.require(cfg.vocab >= 1 && cfg.hidden >= 1 && cfg.layers >= 1, op,
                     "vocab, hidden and layers must be positive");
     taps_ = tap_layers(cfg.layers, cfg.num_taps);
     const auto h = detail::sz(cfg.hidden);
@@ -209,12 +205,12 @@ class TargetModel {
   void forward_padded(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
                       std::int32_t seq, std::span<float> out) const {
     constexpr std::string_view op = "TargetModel::forward_padded";
-    detail::require(seq >= 0, op, "seq = " + std::to_string(seq) + " is negative");
+    checks.require(seq >= 0, op, "seq = " + std::to_string(seq) + " is negative");
     const std::size_t docs = lengths.size(), d = detail::sz(feature_dim());
-    detail::require_size(tokens.size(), docs * detail::sz(seq), op, "tokens");
-    detail::require_size(out.size(), docs * detail::sz(seq) * d, op, "out");
+    checks.require_size(tokens.size(), docs * detail::sz(seq), op, "tokens");
+    checks.require_size(out.size(), docs * detail::sz(seq) * d, op, "out");
     for (std::size_t b = 0; b < docs; ++b) {
-      detail::require(lengths[b] >= 0 && lengths[b] <= seq, op,
+      checks.require(lengths[b] >= 0 && lengths[b] <= seq, op,
                       "lengths[" + std::to_string(b) + "] = " + std::to_string(lengths[b]) + " is not in [0, seq = " +
                           std::to_string(seq) + "]");
       auto row = out.subspan(b * detail::sz(seq) * d, detail::sz(seq) * d);
@@ -238,10 +234,10 @@ class TargetModel {
     constexpr std::string_view op = "TargetModel::forward_packed";
     std::size_t total = 0;
     for (auto l : lengths) {
-      detail::require(l >= 0, op, "negative document length " + std::to_string(l));
+      checks.require(l >= 0, op, "negative document length " + std::to_string(l));
       total += detail::sz(l);
     }
-    detail::require_size(tokens.size(), total, op, "tokens (sum of lengths)");
+    checks.require_size(tokens.size(), total, op, "tokens (sum of lengths)");
     const std::size_t d = detail::sz(feature_dim());
     std::vector<float> out(total * d);
     std::size_t at = 0;
@@ -265,7 +261,7 @@ class TargetModel {
     for (std::size_t t = 0; t < len; ++t) {
       const std::int32_t tok = tokens[t];
       if (tok < 0 || tok >= cfg_.vocab)
-        detail::fail("TargetModel::forward", "token " + std::to_string(tok) + " is outside [0, vocab = " +
+        checks.fail("TargetModel::forward", "token " + std::to_string(tok) + " is outside [0, vocab = " +
                                                  std::to_string(cfg_.vocab) + ")");
       std::copy_n(embed_.begin() + static_cast<std::ptrdiff_t>(detail::sz(tok) * hs), hs, x.begin() + static_cast<std::ptrdiff_t>(t * hs));
     }
@@ -313,7 +309,7 @@ class AttentionMask {
   /// allowed[q * cols + kv] != 0 (the layout of ops::dense_mask::allowed).
   [[nodiscard]] static AttentionMask from_dense(std::int32_t rows, std::int32_t cols, std::span<const std::uint8_t> allowed) {
     check_dims(rows, cols, "AttentionMask::from_dense");
-    detail::require_size(allowed.size(), detail::sz(rows) * detail::sz(cols), "AttentionMask::from_dense", "allowed");
+    checks.require_size(allowed.size(), detail::sz(rows) * detail::sz(cols), "AttentionMask::from_dense", "allowed");
     return from_predicate(rows, cols, [&](std::int32_t q, std::int32_t kv) {
       return allowed[detail::sz(q) * detail::sz(cols) + detail::sz(kv)] != 0;
     });
@@ -337,18 +333,18 @@ class AttentionMask {
   [[nodiscard]] static AttentionMask from_block_ranges(std::int32_t context_len, std::int32_t block_size,
                                                        std::span<const KvRange> context, std::span<const KvRange> own) {
     constexpr std::string_view op = "AttentionMask::from_block_ranges";
-    detail::require(context_len >= 0 && block_size >= 1, op, "need context_len >= 0 and block_size >= 1");
-    detail::require_size(own.size(), context.size(), op, "own");
+    checks.require(context_len >= 0 && block_size >= 1, op, "need context_len >= 0 and block_size >= 1");
+    checks.require_size(own.size(), context.size(), op, "own");
     const auto rows64 = static_cast<std::int64_t>(context.size()) * block_size;
-    detail::require(context_len + rows64 <= std::numeric_limits<std::int32_t>::max(), op, "mask too large");
+    checks.require(context_len + rows64 <= std::numeric_limits<std::int32_t>::max(), op, "mask too large");
     const auto rows = static_cast<std::int32_t>(rows64), cols = context_len + rows;
     AttentionMask m(rows, cols);
     for (std::size_t i = 0; i < context.size(); ++i) {
       const KvRange c = context[i], o = own[i];
-      detail::require(0 <= c.lo && c.lo <= c.hi && c.hi <= context_len, op,
+      checks.require(0 <= c.lo && c.lo <= c.hi && c.hi <= context_len, op,
                       "context[" + std::to_string(i) + "] = [" + std::to_string(c.lo) + ", " + std::to_string(c.hi) +
                           ") is not inside the context [0, " + std::to_string(context_len) + ")");
-      detail::require(context_len <= o.lo && o.lo <= o.hi && o.hi <= cols, op,
+      checks.require(context_len <= o.lo && o.lo <= o.hi && o.hi <= cols, op,
                       "own[" + std::to_string(i) + "] = [" + std::to_string(o.lo) + ", " + std::to_string(o.hi) +
                           ") is not inside the block rows [" + std::to_string(context_len) + ", " +
                           std::to_string(cols) + ")");
@@ -376,7 +372,7 @@ class AttentionMask {
     offsets_.reserve(detail::sz(rows) + 1);
   }
   static void check_dims(std::int32_t rows, std::int32_t cols, std::string_view op) {
-    detail::require(rows >= 0 && cols >= 0, op, "rows and cols must be non-negative");
+    checks.require(rows >= 0 && cols >= 0, op, "rows and cols must be non-negative");
   }
 
   std::int32_t rows_ = 0;
@@ -416,7 +412,7 @@ struct DrafterConfig {
     case 16: return 7.0;
     case 10: return 5.0;
     case 8: return 4.0;
-    default: detail::fail("recommended_gamma", "no recommendation for block size " + std::to_string(block_size));
+    default: checks.fail("recommended_gamma", "no recommendation for block size " + std::to_string(block_size));
   }
 }
 
@@ -454,14 +450,14 @@ class BasicDrafter {
  public:
   explicit BasicDrafter(const DrafterConfig& cfg) : cfg_(cfg) {
     constexpr std::string_view op = "Drafter";
-    detail::require(cfg.vocab >= 1 && cfg.hidden >= 1 && cfg.feature_dim >= 1 && cfg.ffn >= 1, op,
+    checks.require(cfg.vocab >= 1 && cfg.hidden >= 1 && cfg.feature_dim >= 1 && cfg.ffn >= 1, op,
                     "vocab, hidden, feature_dim and ffn must be positive");
-    detail::require(cfg.heads >= 1 && cfg.hidden % cfg.heads == 0, op,
+    checks.require(cfg.heads >= 1 && cfg.hidden % cfg.heads == 0, op,
                     "heads = " + std::to_string(cfg.heads) + " must divide hidden = " + std::to_string(cfg.hidden));
-    detail::require(cfg.block_size >= 2, op, "block_size = " + std::to_string(cfg.block_size) + " must be >= 2");
-    detail::require(cfg.rel_distances >= 1, op, "rel_distances = " + std::to_string(cfg.rel_distances) + " must be positive");
-    detail::require(cfg.loss_gamma >= 0, op, "loss_gamma must be >= 0");
-    detail::require(cfg.lr > 0 && cfg.rel_bias_lr_scale > 0 && cfg.grad_clip >= 0, op,
+    checks.require(cfg.block_size >= 2, op, "block_size = " + std::to_string(cfg.block_size) + " must be >= 2");
+    checks.require(cfg.rel_distances >= 1, op, "rel_distances = " + std::to_string(cfg.rel_distances) + " must be positive");
+    checks.require(cfg.loss_gamma >= 0, op, "loss_gamma must be >= 0");
+    checks.require(cfg.lr > 0 && cfg.rel_bias_lr_scale > 0 && cfg.grad_clip >= 0, op,
                     "need lr > 0, rel_bias_lr_scale > 0 and grad_clip >= 0");
     const int H = cfg.hidden, D = cfg.feature_dim, V = cfg.vocab, F = cfg.ffn, B = cfg.block_size;
     const int R = cfg.heads, C = cfg.block_size - 1 + cfg.rel_distances;
@@ -595,33 +591,33 @@ class BasicDrafter {
   void validate(const DrafterBatch& b) const {
     constexpr std::string_view op = "Drafter";
     const std::size_t S = b.tokens.size(), N = b.anchors.size(), B = detail::sz(cfg_.block_size);
-    detail::require(S <= detail::sz(std::numeric_limits<std::int32_t>::max() / 2), op, "sequence too long");
-    detail::require_size(b.hidden.size(), S * detail::sz(cfg_.feature_dim), op, "hidden (S * feature_dim)");
-    detail::require_size(b.loss_mask.size(), S, op, "loss_mask");
-    detail::require_size(b.doc_ids.size(), S, op, "doc_ids");
-    detail::require_size(b.keep.size(), N, op, "keep");
+    checks.require(S <= detail::sz(std::numeric_limits<std::int32_t>::max() / 2), op, "sequence too long");
+    checks.require_size(b.hidden.size(), S * detail::sz(cfg_.feature_dim), op, "hidden (S * feature_dim)");
+    checks.require_size(b.loss_mask.size(), S, op, "loss_mask");
+    checks.require_size(b.doc_ids.size(), S, op, "doc_ids");
+    checks.require_size(b.keep.size(), N, op, "keep");
     for (std::size_t s = 0; s < S; ++s)
       if (b.tokens[s] < 0 || b.tokens[s] >= cfg_.vocab)
-        detail::fail(op, "tokens[" + std::to_string(s) + "] = " + std::to_string(b.tokens[s]) +
+        checks.fail(op, "tokens[" + std::to_string(s) + "] = " + std::to_string(b.tokens[s]) +
                              " is outside [0, vocab = " + std::to_string(cfg_.vocab) + ")");
     for (std::size_t i = 0; i < N; ++i)
       if (b.keep[i] && (b.anchors[i] < 0 || detail::sz(b.anchors[i]) + B > S))
-        detail::fail(op, "anchors[" + std::to_string(i) + "] = " + std::to_string(b.anchors[i]) +
+        checks.fail(op, "anchors[" + std::to_string(i) + "] = " + std::to_string(b.anchors[i]) +
                              " is outside [0, S - block_size] = [0, " + std::to_string(static_cast<std::int64_t>(S) - static_cast<std::int64_t>(B)) + "]");
-    detail::require(b.mask != nullptr, op, "mask is null");
+    checks.require(b.mask != nullptr, op, "mask is null");
     const AttentionMask& m = *b.mask;
-    detail::require(detail::sz(m.rows()) == N * B && detail::sz(m.cols()) == S + N * B, op,
+    checks.require(detail::sz(m.rows()) == N * B && detail::sz(m.cols()) == S + N * B, op,
                     "mask is " + std::to_string(m.rows()) + " x " + std::to_string(m.cols()) + ", expected " +
                         std::to_string(N * B) + " x " + std::to_string(S + N * B));
     for (std::int32_t q = 0; q < m.rows(); ++q) {
       const std::size_t i = detail::sz(q) / B;
       auto r = m.row(q);
       if (!b.keep[i] && !r.empty())
-        detail::fail(op, "mask row " + std::to_string(q) + " belongs to dropped block " + std::to_string(i) +
+        checks.fail(op, "mask row " + std::to_string(q) + " belongs to dropped block " + std::to_string(i) +
                              " but attends to something");
       for (auto kv : r)
         if (detail::sz(kv) >= S && !b.keep[(detail::sz(kv) - S) / B])
-          detail::fail(op, "mask row " + std::to_string(q) + " attends to kv " + std::to_string(kv) +
+          checks.fail(op, "mask row " + std::to_string(q) + " attends to kv " + std::to_string(kv) +
                                " of dropped block " + std::to_string((detail::sz(kv) - S) / B));
     }
   }

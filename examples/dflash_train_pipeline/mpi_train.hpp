@@ -37,20 +37,6 @@ namespace dflash_example {
 
 using hs_link = dflash::mpi::mpi_link<std::unique_ptr<HsItem>, "hs_net", 8>;
 
-/// Steps first, first + stride, ... below --steps: one target rank's share.
-struct strided_source {
-  static constexpr dflash::fixed_string name{"source"};
-  using input_type = void;
-  using output_type = Batch;
-  const Setup* setup;
-  std::int64_t next, stride;
-  std::optional<Batch> operator()() {
-    if (next >= setup->opts.steps) return std::nullopt;
-    const std::int64_t step = std::exchange(next, next + stride);
-    return Batch{step, setup->source.make_batch(setup->opts.seed, static_cast<std::uint64_t>(step), setup->opts.seq_len)};
-  }
-};
-
 /// On the drafter rank: the drafter's CSR attention mask from the block mask that arrived.
 template <dflash::ProfilerPolicy P>
 struct unpack {
@@ -58,17 +44,14 @@ struct unpack {
   using input_type = std::unique_ptr<HsItem>;
   using output_type = std::unique_ptr<HsItem>;
   std::unique_ptr<HsItem> operator()(std::unique_ptr<HsItem>&& it) {
-    if (!it->dropped) {
-      const auto& m = it->mask;
-      it->attention = attention_from_block_mask(m, {m.params, it->anchors.data(), it->keep.data(), it->pos.data()});
-    }
+    if (!it->dropped) it->attention = drafter_attention(it->mask);  // the mask arrived with its rule
     return std::move(it);
   }
 };
 
 template <class P, class B>
 using target_rank_pipeline = dflash::Pipeline<P,                                                  //
-                                              strided_source, dflash::queue_link<"batch_queue", 8>,  //
+                                              batch_source, dflash::queue_link<"batch_queue", 8>,    //
                                               dflash::workers<target_forward<P, B>, 2>,            //
                                               dflash::device_link<"hs_device", 4>,                 //
                                               postprocess<P, B>, dflash::queue_link<"hs_out", 8>,  //
@@ -90,7 +73,7 @@ typename target_rank_pipeline<P, B>::shape_type target_shape(const Options& o) {
   auto shape = target_rank_pipeline<P, B>::default_shape();
   shape.workers[1] = static_cast<std::size_t>(o.target_workers);
   shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
-  shape.depths[1] = static_cast<std::size_t>(o.post_queue_depth);
+  shape.depths[1] = static_cast<std::size_t>(o.post_link_depth);
   return shape;
 }
 template <class P>
@@ -142,7 +125,7 @@ int mpi_train_main(const Options& o, int argc, char** argv) {
     }
     if (target) {
       using pipeline = target_rank_pipeline<P, B>;
-      pipeline p(prof, target_shape<P, B>(o), strided_source{&setup, static_cast<std::int64_t>(job.rank()), static_cast<std::int64_t>(T)},
+      pipeline p(prof, target_shape<P, B>(o), batch_source(&setup, static_cast<std::int64_t>(job.rank()), static_cast<std::int64_t>(T)),
                  target_forward<P, B>(prof, &setup, static_cast<std::size_t>(o.target_workers)),
                  postprocess<P, B>(prof, &setup, nullptr), dflash::mpi::mpi_link_sink<P, hs_link>{&link, prof});
       job.run(p);

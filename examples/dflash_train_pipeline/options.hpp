@@ -15,7 +15,7 @@ struct Options {
   std::int64_t steps = 200;             ///< batches the source produces (= drafter steps, minus dropped samples)
   std::int32_t target_workers = 2;      ///< threads running the target forward
   std::int32_t batch_queue_depth = 8;   ///< source -> target workers
-  std::int32_t post_queue_depth = 4;    ///< slots of the hs_device link (target workers -> postprocess)
+  std::int32_t post_link_depth = 4;     ///< slots of the hs_device link (target workers -> postprocess)
   std::int32_t hs_queue_depth = 60;     ///< postprocess -> drafter (the HS queue)
   std::int32_t hidden = 64;             ///< target hidden width; the drafter sees taps * hidden features
   std::int32_t seq_len = 384;           ///< packed tokens per batch (whole documents, at most this many)

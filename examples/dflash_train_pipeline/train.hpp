@@ -29,7 +29,7 @@
 #include "advice.hpp"
 #include "cli.hpp"
 #include "signals.hpp"
-#include "stages.hpp"
+#include "train_pipeline.hpp"
 
 namespace dflash_example {
 
@@ -80,7 +80,7 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   const auto targets = static_cast<std::size_t>(o.target_workers);
   shape.workers[1] = targets;
   shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
-  shape.depths[1] = static_cast<std::size_t>(o.post_queue_depth);
+  shape.depths[1] = static_cast<std::size_t>(o.post_link_depth);
   shape.depths[2] = static_cast<std::size_t>(o.hs_queue_depth);
 
   Drafter drafter(setup.drafter_cfg);
@@ -169,12 +169,12 @@ inline std::string describe(const Setup& s, bool profiled) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%s: %lld steps | %d target workers | target hidden %d x %zu taps = %d features | seq-len %d | "
-                "block %d | %d anchors | window %d | queues batch %d, post %d, hs %d | device %s | %s\n"
+                "block %d | %d anchors | window %d | depths: batch queue %d, hs_device link %d, hs queue %d | device %s | %s\n"
                 "drafter: %zu parameters, trained with clipped Adam on the CPU\n",
                 profiled ? "dflash_train_pipeline_profiled" : "dflash_train_pipeline",
                 static_cast<long long>(o.steps), o.target_workers, o.hidden, s.target.taps().size(),
                 s.target.feature_dim(), o.seq_len, o.block_size, o.anchors, o.window, o.batch_queue_depth,
-                o.post_queue_depth, o.hs_queue_depth,
+                o.post_link_depth, o.hs_queue_depth,
                 o.device == device_kind::cuda ? "cuda (hidden states in device slots, postprocess ops on the GPU, "
                                                 "models on the CPU)"
                                               : "cpu (the asynchronous host twin: device work on executor threads)",

@@ -1,5 +1,5 @@
 // The example's own pieces: mask adaptation, the CPU postprocess against
-// the definitions, the CLI's validation, runtime pipeline sizes.
+// the definitions, the source's steps, the CLI's validation, runtime pipeline sizes.
 #include <catch2/catch.hpp>
 
 #include <thread>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "stages.hpp"
+#include "train_pipeline.hpp"
 
 using namespace dflash_example;
 
@@ -81,12 +81,31 @@ TEST_CASE("mask adaptation agrees with the dense mask for a window and dropped b
   for (std::int32_t window : {0, 7}) {
     const dflash::ops::block_mask_params mp{120, 5, 4, window};
     for (dflash::ops::tile_shape tile : {dflash::ops::tile_shape{16, 16}, dflash::ops::tile_shape{7, 33}}) {
-      const auto sparse = dflash::ops::build_block_mask(mp, tile, ids.doc_id, ids.pos, anchors, keep);
-      const auto got = attention_from_block_mask(sparse, {mp, anchors.data(), keep.data(), ids.pos.data()});
+      const auto sparse = dflash::ops::build_block_mask(mp, tile, ids, anchors, keep);
+      const auto got = drafter_attention(sparse);
       const auto dense = dflash::ops::dense_block_mask(mp, ids.doc_id, anchors, keep);
       CHECK(got == AttentionMask::from_dense(dense.rows, dense.cols, dense.allowed));
     }
   }
+}
+
+TEST_CASE("batch_source makes steps first, first + stride, ... below --steps; a bad stride is an error", "[example]") {
+  Options o = small();
+  o.steps = 8;
+  const Setup setup(o);
+  auto steps = [&](batch_source src) {
+    std::vector<std::int64_t> got;
+    while (auto b = src()) {
+      CHECK(b->tokens.tokens == setup.source.make_batch(o.seed, static_cast<std::uint64_t>(b->step), o.seq_len).tokens);
+      got.push_back(b->step);
+    }
+    return got;
+  };
+  CHECK(steps(batch_source(&setup)) == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(steps(batch_source(&setup, 1, 3)) == std::vector<std::int64_t>{1, 4, 7});  // target rank 1 of 3
+  CHECK(steps(batch_source(&setup, 9, 2)).empty());
+  CHECK_THROWS_WITH(batch_source(&setup, 0, 0), Catch::Contains("stride >= 1"));
+  CHECK_THROWS_WITH(batch_source(&setup, -1, 1), Catch::Contains("first >= 0"));
 }
 
 TEST_CASE("the pipeline runs with runtime worker counts and queue depths", "[example]") {
@@ -144,6 +163,8 @@ TEST_CASE("CLI: values are parsed and bad input is a usage error", "[example][cl
   CHECK(o.device == device_kind::cuda);
   CHECK(o.seed == 9);
   CHECK(Options{}.hs_queue_depth == 60);
+  CHECK(parse({"--post-link-depth", "3"}, o, true) == -1);  // the hs_device link's slots
+  CHECK(o.post_link_depth == 3);
 
   std::string err;
   for (const auto& bad : std::vector<std::vector<std::string>>{{"--bogus"},
@@ -152,6 +173,7 @@ TEST_CASE("CLI: values are parsed and bad input is a usage error", "[example][cl
                                                                {"--steps", "-3"},
                                                                {"--target-workers", "0"},
                                                                {"--hs-queue-depth", "0"},
+                                                               {"--post-link-depth", "0"},
                                                                {"--batch-queue-depth", "-1"},
                                                                {"--profile-interval", "-1"},
                                                                {"--profile-interval", "soon"},

@@ -91,13 +91,14 @@ TEST_CASE("block-sparse form equals the dense oracle on random inputs", "[block_
     const mask_case c = random_case(rng);
     const tile_shape t = tiles[iter % 7];
     const dense_mask d = dense_block_mask(c.p, c.doc, c.anchors, c.keep);
-    const block_sparse_mask m = build_block_mask(c.p, t, c.doc, c.pos, c.anchors, c.keep);
+    const block_sparse_mask m = build_block_mask(c.p, t, packed_docs{c.doc, c.pos}, c.anchors, c.keep);
     const block_mask_mod mod{c.p, c.anchors.data(), c.keep.data(), c.pos.data()};
     INFO("iter " << iter << " S=" << c.p.context_len << " N=" << c.p.num_blocks << " B=" << c.p.block_size
                  << " W=" << c.p.window << " tile " << t.q << "x" << t.kv);
     REQUIRE(m.num_q_tiles == tiles_for(d.rows, t.q));
     REQUIRE(m.num_kv_tiles == tiles_for(d.cols, t.kv));
-    REQUIRE(expand_block_mask(m, mod) == d);
+    REQUIRE(expand_block_mask(m) == d);
+    REQUIRE_NOTHROW(m.check_mod(mod));  // the hand-built rule is the mask's own
     bool kinds_ok = true, mod_ok = true, layout_ok = true;
     for (int qt = 0; qt < m.num_q_tiles; ++qt) {
       for (int kt = 0; kt < m.num_kv_tiles; ++kt) kinds_ok = kinds_ok && m.kind(qt, kt) == dense_kind(d, t, qt, kt);
@@ -124,7 +125,7 @@ TEST_CASE("one huge document with a sliding window gives a banded tile pattern",
   const ivec anchors{1024, 2048, 3000, 4000};
   const bvec keep{1, 1, 1, 1};
   const block_mask_params p{S, N, B, 1024};
-  const auto m = build_block_mask(p, {16, 128}, doc, pos, anchors, keep);
+  const auto m = build_block_mask(p, {16, 128}, packed_docs{doc, pos}, anchors, keep);
   REQUIRE(m.num_q_tiles == 4);  // one query tile per block
   // Block 0: context 0..1023 = kv tiles 0..7, all full; own block kv 4096..4111 is partial tile 32.
   CHECK(std::vector<std::int32_t>(m.full(0).begin(), m.full(0).end()) == ivec{0, 1, 2, 3, 4, 5, 6, 7});
@@ -132,29 +133,29 @@ TEST_CASE("one huge document with a sliding window gives a banded tile pattern",
   // Block 2: context 1976..2999: tile 15 partial (1976..2047), tiles 16..22 full, tile 23 partial (2944..2999).
   CHECK(std::vector<std::int32_t>(m.full(2).begin(), m.full(2).end()) == ivec{16, 17, 18, 19, 20, 21, 22});
   CHECK(std::vector<std::int32_t>(m.partial(2).begin(), m.partial(2).end()) == ivec{15, 23, 32});
-  const block_mask_mod mod{p, anchors.data(), keep.data(), pos.data()};
-  CHECK(expand_block_mask(m, mod) == dense_block_mask(p, doc, anchors, keep));
+  CHECK(expand_block_mask(m) == dense_block_mask(p, doc, anchors, keep));
 }
 
 TEST_CASE("block mask rejects bad input with a clear message", "[block_mask]") {
   const ivec doc{0, 0, 1}, pos{0, 1, 0};
+  const packed_docs docs{doc, pos};
   const ivec a{1};
   const bvec k{1};
-  CHECK_THROWS_WITH(build_block_mask({3, 1, 0, 0}, {}, doc, pos, a, k), Catch::Contains("block_size = 0 must be positive"));
-  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, -1}, {}, doc, pos, a, k), Catch::Contains("window = -1 is negative"));
-  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, 0}, {0, 8}, doc, pos, a, k), Catch::Contains("tile sizes must be positive"));
-  CHECK_THROWS_WITH(build_block_mask({4, 1, 2, 0}, {}, doc, pos, a, k), Catch::Contains("doc_ids has 3 elements, expected 4"));
-  CHECK_THROWS_WITH(build_block_mask({3, 2, 2, 0}, {}, doc, pos, a, k), Catch::Contains("anchors has 1 elements, expected 2"));
-  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, 0}, {}, doc, pos, ivec{3}, k), Catch::Contains("anchors[0] = 3 is outside the context [0, 3)"));
-  CHECK_NOTHROW(build_block_mask({3, 1, 2, 0}, {}, doc, pos, ivec{-5}, bvec{0}));  // invalid slot: ignored
-  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, 0}, {}, ivec{0, 1, 0}, ivec{0, 0, 0}, a, k), Catch::Contains("doc_ids must be non-decreasing"));
-  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, 0}, {}, doc, ivec{0, 1, 2}, a, k), Catch::Contains("pos[2] = 2 is not the position"));
+  CHECK_THROWS_WITH(build_block_mask({3, 1, 0, 0}, {}, docs, a, k), Catch::Contains("block_size = 0 must be positive"));
+  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, -1}, {}, docs, a, k), Catch::Contains("window = -1 is negative"));
+  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, 0}, {0, 8}, docs, a, k), Catch::Contains("tile sizes must be positive"));
+  CHECK_THROWS_WITH(build_block_mask({4, 1, 2, 0}, {}, docs, a, k), Catch::Contains("doc_ids has 3 elements, expected 4"));
+  CHECK_THROWS_WITH(build_block_mask({3, 2, 2, 0}, {}, docs, a, k), Catch::Contains("anchors has 1 elements, expected 2"));
+  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, 0}, {}, docs, ivec{3}, k), Catch::Contains("anchors[0] = 3 is outside the context [0, 3)"));
+  CHECK_NOTHROW(build_block_mask({3, 1, 2, 0}, {}, docs, ivec{-5}, bvec{0}));  // invalid slot: ignored
+  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, 0}, {}, packed_docs{ivec{0, 1, 0}, ivec{0, 0, 0}}, a, k), Catch::Contains("doc_ids must be non-decreasing"));
+  CHECK_THROWS_WITH(build_block_mask({3, 1, 2, 0}, {}, packed_docs{doc, ivec{0, 1, 2}}, a, k), Catch::Contains("pos[2] = 2 is not the position"));
   CHECK_THROWS_AS(dense_block_mask({3, 1, 2, 0}, ivec{0}, a, k), std::invalid_argument);
 }
 
 TEST_CASE("build_block_mask records under the block_mask key", "[block_mask][profile]") {
   dflash::AccumulatingProfiler<dflash::ops::keys> prof;
-  (void)build_block_mask({2, 1, 1, 0}, {}, ivec{0, 0}, ivec{0, 1}, ivec{1}, bvec{1}, dflash::profiler_ref(prof));
+  (void)build_block_mask({2, 1, 1, 0}, {}, packed_docs{ivec{0, 0}, ivec{0, 1}}, ivec{1}, bvec{1}, dflash::profiler_ref(prof));
   CHECK(prof.snapshot().find("block_mask")->count == 1);
 }
 
@@ -173,10 +174,10 @@ TEST_CASE("tile sizes near INT32_MAX: one tile per axis, the same mask as the or
   const tile_shape shapes[] = {{max, max}, {max, 1}, {1, max}, {max - 1, 3}, {1 << 30, 1 << 30}, {3, max - 2}};
   for (const tile_shape t : shapes) {
     INFO("tile " << t.q << " x " << t.kv);
-    const block_sparse_mask m = build_block_mask(p, t, doc, pos, anchors, keep);
+    const block_sparse_mask m = build_block_mask(p, t, packed_docs{doc, pos}, anchors, keep);
     CHECK(m.num_q_tiles == (4 + std::int64_t{t.q} - 1) / t.q);  // 4 queries
     CHECK(m.num_kv_tiles == (12 + std::int64_t{t.kv} - 1) / t.kv);  // 12 kv
-    CHECK(expand_block_mask(m, block_mask_mod{p, anchors.data(), keep.data(), pos.data()}) == want);
+    CHECK(expand_block_mask(m) == want);
   }
   // A context that needs two tiles of ~2^30 must not overflow the tile's end (q0 + tile).
   const std::int32_t big_s = (1 << 30) + 5;
@@ -188,27 +189,28 @@ TEST_CASE("tile sizes near INT32_MAX: one tile per axis, the same mask as the or
   CHECK(classify_tile({big_s, 1, 1, 0}, {1, 1 << 30}, 0, 1, a1, k1, pos3) == tile_kind::partial);
 }
 
-TEST_CASE("expand_block_mask rejects a mod built from other inputs than the mask", "[block_mask][api]") {
-  // Before: any block_mask_mod was trusted, and one built from other anchors / keep / pos / params
-  // expanded to a wrong mask with no error.
+TEST_CASE("check_mod rejects a mod built from other inputs than the mask", "[block_mask][api]") {
+  // A hand-built block_mask_mod (e.g. for a flex-attention kernel) must be the mask's own rule:
+  // one built from other anchors / keep / pos / params would give a wrong mask with no error.
   const block_mask_params p{8, 2, 2, 2};
   const ivec doc{0, 0, 0, 1, 1, 1, 1, 1}, pos{0, 1, 2, 0, 1, 2, 3, 4}, anchors{2, 6};
   const bvec keep{1, 1};
-  const block_sparse_mask m = build_block_mask(p, {2, 4}, doc, pos, anchors, keep);
+  const block_sparse_mask m = build_block_mask(p, {2, 4}, packed_docs{doc, pos}, anchors, keep);
   const dense_mask want = dense_block_mask(p, doc, anchors, keep);
-  CHECK(expand_block_mask(m, block_mask_mod{p, anchors.data(), keep.data(), pos.data()}) == want);
+  CHECK(expand_block_mask(m) == want);
+  CHECK_NOTHROW(m.check_mod(block_mask_mod{p, anchors.data(), keep.data(), pos.data()}));
   const ivec other_anchors{2, 7}, other_pos{0, 1, 2, 3, 4, 5, 6, 7}, junk_anchors{2, -9};
   const bvec other_keep{1, 0};
-  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, other_anchors.data(), keep.data(), pos.data()}),
+  CHECK_THROWS_WITH(m.check_mod(block_mask_mod{p, other_anchors.data(), keep.data(), pos.data()}),
                     Catch::Contains("anchors[1] = 7") && Catch::Contains("other inputs"));
-  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, anchors.data(), other_keep.data(), pos.data()}),
+  CHECK_THROWS_WITH(m.check_mod(block_mask_mod{p, anchors.data(), other_keep.data(), pos.data()}),
                     Catch::Contains("keep[1]"));
-  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{p, anchors.data(), keep.data(), other_pos.data()}),
+  CHECK_THROWS_WITH(m.check_mod(block_mask_mod{p, anchors.data(), keep.data(), other_pos.data()}),
                     Catch::Contains("pos[3] = 3"));
-  CHECK_THROWS_WITH(expand_block_mask(m, block_mask_mod{{8, 2, 2, 0}, anchors.data(), keep.data(), pos.data()}),
+  CHECK_THROWS_WITH(m.check_mod(block_mask_mod{{8, 2, 2, 0}, anchors.data(), keep.data(), pos.data()}),
                     Catch::Contains("params"));
-  CHECK_THROWS_AS(expand_block_mask(m, block_mask_mod{p, nullptr, nullptr, nullptr}), std::invalid_argument);
+  CHECK_THROWS_AS(m.check_mod(block_mask_mod{p, nullptr, nullptr, nullptr}), std::invalid_argument);
   // An invalid slot's anchor is ignored by the rule, so a different junk value there is the same mask.
-  const block_sparse_mask m2 = build_block_mask(p, {2, 4}, doc, pos, anchors, other_keep);
-  CHECK_NOTHROW(expand_block_mask(m2, block_mask_mod{p, junk_anchors.data(), other_keep.data(), pos.data()}));
+  const block_sparse_mask m2 = build_block_mask(p, {2, 4}, packed_docs{doc, pos}, anchors, other_keep);
+  CHECK_NOTHROW(m2.check_mod(block_mask_mod{p, junk_anchors.data(), other_keep.data(), pos.data()}));
 }

@@ -250,7 +250,7 @@ TEST_CASE("gpu block mask == host block mask", "[gpu][block_mask]") {
       anchors.push_back(keep.back() ? std::uniform_int_distribution<int>(0, p.context_len - 1)(rng) : 0);
     }
     const tile_shape t = tiles[iter % 6];
-    const auto host = build_block_mask(p, t, d.doc_id, d.pos, anchors, keep);
+    const auto host = build_block_mask(p, t, d, anchors, keep);
     dbuf<std::int32_t> d_pos(d.pos), d_anchors(anchors);
     dbuf<std::uint8_t> d_keep(keep);
     dbuf<std::int32_t> nb(host.kv_num_blocks.size()), ix(host.kv_indices.size()), fnb(host.full_kv_num_blocks.size()),

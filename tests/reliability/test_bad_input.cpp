@@ -319,7 +319,7 @@ TEST_CASE("ops::build_block_mask / dense_block_mask: bad params, ids and anchors
   const u8 keep{1, 1};
   const ops::block_mask_params good{6, 2, 2, 0};
   auto build = [&](ops::block_mask_params p, ops::tile_shape t, const i32& d, const i32& ps, const i32& a,
-                   const u8& k) { (void)ops::build_block_mask(p, t, cs(d), cs(ps), cs(a), cs(k)); };
+                   const u8& k) { (void)ops::build_block_mask(p, t, ops::packed_docs{cs(d), cs(ps)}, cs(a), cs(k)); };
   auto with = [&](auto edit) {
     ops::block_mask_params p = good;
     edit(p);

@@ -195,8 +195,8 @@ inline void check_positions(std::span<const std::int32_t> pos, std::string_view 
 /// Owning block-sparse mask (host), with the element rule's inputs: partial tiles need the rule
 /// (block_mask_mod), so the mask carries what the rule is built from. build_block_mask fills
 /// everything; a mask whose tiles were written elsewhere (e.g. gpu::build_block_mask into view())
-/// gets its rule with bind_rule(). mod() is the rule over the mask's own copy, and
-/// expand_block_mask checks any hand-built mod against it.
+/// gets its rule with bind_rule(). mod() is the rule over the mask's own copy, and check_mod()
+/// checks a hand-built mod against it.
 struct block_sparse_mask {
   block_mask_params params;
   tile_shape tile;
@@ -390,22 +390,6 @@ template <ProfilerPolicy P = NullProfiler>
   return m;
 }
 
-/// The same builders with the packed layout's two arrays passed apart (for callers that keep them apart).
-template <ProfilerPolicy P = NullProfiler>
-void build_block_mask(const block_mask_params& p, tile_shape t, std::span<const std::int32_t> doc_ids,
-                      std::span<const std::int32_t> pos, std::span<const std::int32_t> anchors,
-                      std::span<const std::uint8_t> keep, block_sparse_view out, profiler_ref<P> prof = {}) {
-  build_block_mask(p, t, packed_docs{doc_ids, pos}, anchors, keep, out, prof);
-}
-template <ProfilerPolicy P = NullProfiler>
-[[nodiscard]] block_sparse_mask build_block_mask(const block_mask_params& p, tile_shape t,
-                                                 std::span<const std::int32_t> doc_ids,
-                                                 std::span<const std::int32_t> pos,
-                                                 std::span<const std::int32_t> anchors,
-                                                 std::span<const std::uint8_t> keep, profiler_ref<P> prof = {}) {
-  return build_block_mask(p, t, packed_docs{doc_ids, pos}, anchors, keep, prof);
-}
-
 /// Expands a block-sparse mask to dense with its own element rule: full tiles all allowed,
 /// partial tiles by m.mod(), every other tile nothing. A mask without a rule is an error.
 [[nodiscard]] inline dense_mask expand_block_mask(const block_sparse_mask& m) {
@@ -426,13 +410,6 @@ template <ProfilerPolicy P = NullProfiler>
     for (std::int32_t kt : m.partial(qt)) fill(qt, kt, true);
   }
   return d;
-}
-
-/// With an explicit rule: `mod` must be the mask's own rule (checked: a mod built from other inputs is a
-/// std::invalid_argument, never a silently wrong mask).
-[[nodiscard]] inline dense_mask expand_block_mask(const block_sparse_mask& m, const block_mask_mod& mod) {
-  m.check_mod(mod, "expand_block_mask");
-  return expand_block_mask(m);
 }
 
 }  // namespace dflash::ops

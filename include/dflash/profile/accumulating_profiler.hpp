@@ -34,9 +34,11 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "dflash/profile/asymmetric_barrier.hpp"
 #include "dflash/profile/clock.hpp"
+#include "dflash/profile/clock_profiler_base.hpp"
 #include "dflash/detail/thread_slot.hpp"
 #include "dflash/profile/histogram.hpp"
 #include "dflash/profile/key.hpp"
@@ -49,30 +51,15 @@ namespace dflash {
 
 template <class Keys, ProfilerClock Clock = std::chrono::steady_clock, std::size_t Shards = 16>
   requires(ClosedKeySet<Keys> && Shards > 0 && Shards <= detail::thread_slot::slots)
-class AccumulatingProfiler {
+class AccumulatingProfiler
+    : public detail::clock_profiler_base<AccumulatingProfiler<Keys, Clock, Shards>, Keys, Clock> {
+  using base = detail::clock_profiler_base<AccumulatingProfiler, Keys, Clock>;
+  friend base;
+
  public:
-  using keys = Keys;
-  using clock = Clock;
-  using duration = typename Clock::duration;
-  using time_point = typename Clock::time_point;
-  static constexpr bool enabled = true;
+  using typename base::duration;
+  using typename base::time_point;
   static constexpr std::size_t shard_count = Shards;  ///< exclusive shards (plus one shared overflow shard)
-
-  using token = time_point;
-
-  /// RAII timer returned by scope(): records on destruction.
-  template <std::size_t I>
-  class scope_type {
-   public:
-    explicit scope_type(const AccumulatingProfiler& p) noexcept : p_(&p), start_(Clock::now()) {}
-    scope_type(const scope_type&) = delete;
-    scope_type& operator=(const scope_type&) = delete;
-    ~scope_type() { p_->record(I, to_ns(Clock::now() - start_)); }
-
-   private:
-    const AccumulatingProfiler* p_;
-    time_point start_;
-  };
 
   AccumulatingProfiler()
       : shards_(std::make_unique<shard[]>(Shards + 1)),
@@ -86,34 +73,6 @@ class AccumulatingProfiler {
   }
   AccumulatingProfiler(const AccumulatingProfiler&) = delete;
   AccumulatingProfiler& operator=(const AccumulatingProfiler&) = delete;
-
-  template <Key K>
-  token begin(K) const noexcept {
-    check_key<K>();
-    return Clock::now();
-  }
-  template <Key K>
-  void end(K, token start) const noexcept {
-    check_key<K>();
-    record(Keys::index_of(K::name()), to_ns(Clock::now() - start));
-  }
-  /// end() with the stop time read by the caller (Composite reads the clock once for all members).
-  template <Key K>
-  void end_at(K, token start, time_point stop) const noexcept {
-    check_key<K>();
-    record(Keys::index_of(K::name()), to_ns(stop - start));
-  }
-  template <Key K>
-  [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
-    check_key<K>();
-    return scope_type<Keys::index_of(K::name())>(*this);
-  }
-  /// Record a duration measured elsewhere (e.g. GPU time). Negative → throws.
-  template <Key K, class Rep, class Period>
-  void add(K, std::chrono::duration<Rep, Period> d) const {
-    check_key<K>();
-    record(Keys::index_of(K::name()), detail::checked_add_ns("dflash::AccumulatingProfiler", K::name(), d));
-  }
 
   /// Merged view of the current window. Exact when no thread is recording;
   /// while threads record, each shard is read consistently (whole records).
@@ -141,7 +100,7 @@ class AccumulatingProfiler {
   /// Records of one key in the current window (for tests and progress).
   template <Key K>
   std::uint64_t count(K) const noexcept {
-    check_key<K>();
+    base::template check_key<K>();
     const std::uint64_t e = epoch_.load(std::memory_order_relaxed);
     std::uint64_t c = 0;
     for (std::size_t s = 0; s <= Shards; ++s) {
@@ -181,10 +140,9 @@ class AccumulatingProfiler {
     bank banks[2];
   };
 
-  template <Key K>
-  static constexpr void check_key() noexcept {
-    require_key<Keys, K>();
-  }
+  static constexpr std::string_view policy_name = "dflash::AccumulatingProfiler";
+  void on_range(std::size_t key, time_point start, time_point stop) const noexcept { record(key, to_ns(stop - start)); }
+  void on_added(std::size_t key, std::uint64_t ns) const noexcept { record(key, ns); }
 
   template <class D>
   static std::uint64_t to_ns(D d) noexcept {

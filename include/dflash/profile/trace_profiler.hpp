@@ -43,6 +43,7 @@
 
 #include "dflash/detail/os.hpp"
 #include "dflash/profile/clock.hpp"
+#include "dflash/profile/clock_profiler_base.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/profiler_policy.hpp"
 #include "dflash/profile/report.hpp"
@@ -111,29 +112,14 @@ inline long trace_pid() noexcept { return os::process_id(); }
 
 template <class Keys, ProfilerClock Clock = std::chrono::steady_clock>
   requires ClosedKeySet<Keys>
-class TraceProfiler {
+class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clock>, Keys, Clock> {
+  using base = detail::clock_profiler_base<TraceProfiler, Keys, Clock>;
+  friend base;
+
  public:
-  using keys = Keys;
-  using clock = Clock;
-  using duration = typename Clock::duration;
-  using time_point = typename Clock::time_point;
-  using token = time_point;
-  static constexpr bool enabled = true;
+  using typename base::duration;
+  using typename base::time_point;
   static constexpr std::size_t default_events_per_thread = std::size_t{1} << 16;
-
-  /// RAII range: one "X" event from construction to destruction.
-  template <std::size_t I>
-  class scope_type {
-   public:
-    explicit scope_type(const TraceProfiler& p) noexcept : p_(&p), start_(Clock::now()) {}
-    scope_type(const scope_type&) = delete;
-    scope_type& operator=(const scope_type&) = delete;
-    ~scope_type() { p_->emit(I, start_, Clock::now(), false); }
-
-   private:
-    const TraceProfiler* p_;
-    time_point start_;
-  };
 
   /// `events_per_thread` bounds each thread's buffer (24 bytes an event).
   explicit TraceProfiler(std::size_t events_per_thread = default_events_per_thread)
@@ -143,38 +129,6 @@ class TraceProfiler {
   }
   TraceProfiler(const TraceProfiler&) = delete;
   TraceProfiler& operator=(const TraceProfiler&) = delete;
-
-  template <Key K>
-  token begin(K) const noexcept {
-    check_key<K>();
-    return Clock::now();
-  }
-  template <Key K>
-  void end(K, token start) const noexcept {
-    check_key<K>();
-    emit(Keys::index_of(K::name()), start, Clock::now(), false);
-  }
-  /// end() with the stop time read by the caller (Composite reads the clock once for all members).
-  template <Key K>
-  void end_at(K, token start, time_point stop) const noexcept {
-    check_key<K>();
-    emit(Keys::index_of(K::name()), start, stop, false);
-  }
-  template <Key K>
-  [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
-    check_key<K>();
-    return scope_type<Keys::index_of(K::name())>(*this);
-  }
-  /// A duration measured elsewhere, drawn as a range that ends now. Negative → throws.
-  template <Key K, class Rep, class Period>
-  void add(K, std::chrono::duration<Rep, Period> d) const {
-    check_key<K>();
-    const std::uint64_t ns = detail::checked_add_ns("dflash::TraceProfiler", K::name(), d);
-    const time_point now = Clock::now();
-    emit(Keys::index_of(K::name()),
-         now - std::chrono::duration_cast<duration>(std::chrono::nanoseconds(static_cast<std::int64_t>(ns))), now,
-         true);
-  }
 
   /// Label the calling thread's track in the trace viewer.
   void name_thread(std::string name) const {
@@ -273,9 +227,13 @@ class TraceProfiler {
   }
 
  private:
-  template <Key K>
-  static constexpr void check_key() noexcept {
-    require_key<Keys, K>();
+  static constexpr std::string_view policy_name = "dflash::TraceProfiler";
+  void on_range(std::size_t key, time_point start, time_point stop) const noexcept { emit(key, start, stop, false); }
+  /// A duration measured elsewhere is drawn as a range that ends now.
+  void on_added(std::size_t key, std::uint64_t ns) const noexcept {
+    const time_point now = Clock::now();
+    emit(key, now - std::chrono::duration_cast<duration>(std::chrono::nanoseconds(static_cast<std::int64_t>(ns))), now,
+         true);
   }
 
   static std::int64_t ns_since_epoch(time_point t) noexcept {

@@ -24,10 +24,10 @@ int main() {
     sum += v;
   });
   auto build = [&](const auto& prof) {
-    return dflash::make_pipeline(prof, numbers, dflash::queue_spec<"in", 8>{}, dflash::parallel<2>(square),
-                                 dflash::queue_spec<"out", 8>{}, dflash::in_order(add));
+    return dflash::make_pipeline(prof, numbers, dflash::queue_link<"in", 8>{}, dflash::parallel<2>(square),
+                                 dflash::queue_link<"out", 8>{}, dflash::in_order(add));
   };
-  dflash::AccumulatingProfiler<dflash::pipeline_keys_of<decltype(build)>> prof;
+  dflash::AccumulatingProfiler<dflash::pipeline_keys<decltype(build)>> prof;
   build(prof).run_to_completion();
   const auto n = prof.count("sum.work"_key);
   std::printf("core: sum=%lld ordered=%d sum.work=%llu\n", sum, ordered ? 1 : 0, static_cast<unsigned long long>(n));

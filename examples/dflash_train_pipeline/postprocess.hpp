@@ -1,0 +1,131 @@
+#pragma once
+// postprocess: the device stage between the target workers and the HS queue
+// (doc ids, packing, anchors, block mask; its own stream).
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <dflash/device/host_stream_backend.hpp>
+#include <dflash/dflash.hpp>
+
+#include "device_postprocess.hpp"
+#include "payloads.hpp"
+#include "setup.hpp"
+
+namespace dflash_example {
+
+/// Off the target's critical path, on its own stream: doc ids, packing, the
+/// copy into host memory, anchors and the block mask. With the host twin the
+/// ops' host versions run as the stream's work (reading the slot's "device"
+/// memory); with CUDA, dflash::ops::gpu kernels run on the stream and the
+/// results are copied into pinned memory asynchronously (device_postprocess.cu).
+/// The returned item is written by that work: the pipeline makes the drafter
+/// wait for it, not this thread. With CUDA the CPU part (pinned -> the item's
+/// vectors, mask_expand) is left to the drafter's thread (finish_on_host):
+/// nothing heavier than that copy's bookkeeping may run in stream order.
+template <dflash::ProfilerPolicy P, dflash::DeviceBackend B>
+struct postprocess {
+  static constexpr dflash::fixed_string name{"postprocess"};
+  using input_type = HsSlot<B>;
+  using output_type = std::unique_ptr<HsItem>;
+  using keys = dflash::key_set_cat_t<dflash::ops::keys, dflash::key_set<"copy", "mask_expand">>;
+  static constexpr bool on_host_twin = std::is_same_v<B, dflash::host_stream_backend>;
+
+  postprocess(const P& p, const Setup* s, device_postprocessor* dev) noexcept : prof(p), setup(s), device(dev) {}
+
+  [[no_unique_address]] dflash::profiler_ref<P> prof;
+  const Setup* setup;
+  device_postprocessor* device = nullptr;  ///< the CUDA path's kernels and pinned buffers
+  dflash::ops::tile_shape tile{128, 128};
+
+  std::unique_ptr<HsItem> operator()(HsSlot<B>& in, const dflash::device_stream<B>& s) {
+    const TokenBatch& tb = in.tokens;
+    const std::int32_t D = setup->target.feature_dim(), Bk = setup->opts.block_size, N = setup->opts.anchors;
+    auto out = std::make_unique<HsItem>();
+    out->step = in.step;
+    out->tokens = tb.packed_tokens();
+    out->loss_mask = tb.packed_loss_mask();
+    if (dflash::ops::should_drop_sample(out->loss_mask, Bk)) {
+      out->dropped = true;
+      return out;
+    }
+    const std::int32_t S = out->num_tokens();
+    const dflash::ops::block_mask_params mp{S, N, Bk, setup->opts.window};
+    const dflash::ops::anchor_params ap = setup->anchor_params(in.step);
+    if constexpr (on_host_twin) {
+      size_outputs(*out, D, N);
+      // The stream's work: reads the slot (after the pipeline's wait on it), writes *item.
+      s.enqueue([this, item = out.get(), padded = in.hidden.data(), lengths = tb.lengths, docs = tb.num_docs(),
+                 seq = tb.seq, mp, ap] { run_host(padded, lengths, docs, seq, *item, mp, ap); });
+    } else {
+      run_device(in, *out, mp, ap, s);
+    }
+    return out;
+  }
+
+ private:
+  void run_host(const float* padded, const std::vector<std::int32_t>& lengths, std::int32_t docs, std::int32_t seq,
+                HsItem& out, const dflash::ops::block_mask_params& mp, const dflash::ops::anchor_params& ap) const {
+    const std::int32_t S = out.num_tokens(), D = setup->target.feature_dim();
+    const std::size_t padded_n = static_cast<std::size_t>(docs) * static_cast<std::size_t>(seq) * static_cast<std::size_t>(D);
+    dflash::ops::doc_ids(std::span<const std::int32_t>(lengths), std::span(out.doc_ids), std::span(out.pos), prof);
+    std::vector<float> staging(out.hidden.size());
+    std::vector<std::int32_t> cu(lengths.size() + 1);
+    dflash::ops::pack_hidden_states(std::span<const float>(padded, padded_n), {docs, seq, D},
+                                    std::span<const std::int32_t>(lengths), std::span(staging), std::span(cu), prof);
+    {
+      auto t = prof->scope("copy"_key);  // stands for the device -> pinned host copy
+      std::memcpy(out.hidden.data(), staging.data(), out.hidden.size() * sizeof(float));
+    }
+    const std::int32_t seq_lens[1] = {S};
+    dflash::ops::select_anchors(ap, 1, S, std::span<const std::int32_t>(seq_lens),
+                                std::span<const std::uint8_t>(out.loss_mask), std::span<const std::int32_t>(out.doc_ids),
+                                std::span(out.anchors), std::span(out.keep), prof);
+    out.mask = dflash::ops::build_block_mask(mp, tile, dflash::ops::packed_docs{out.doc_ids, out.pos},
+                                             std::span<const std::int32_t>(out.anchors),
+                                             std::span<const std::uint8_t>(out.keep), prof);
+    finish(out);
+  }
+
+  static void size_outputs(HsItem& out, std::int32_t D, std::int32_t N) {
+    const auto su = static_cast<std::size_t>(out.num_tokens());
+    out.hidden.resize(su * static_cast<std::size_t>(D));
+    out.doc_ids.resize(su);
+    out.pos.resize(su);
+    out.anchors.resize(static_cast<std::size_t>(N));
+    out.keep.resize(static_cast<std::size_t>(N));
+  }
+
+  void finish(HsItem& out) const {
+    auto t = prof->scope("mask_expand"_key);
+    out.attention = drafter_attention(out.mask);
+  }
+
+  void run_device(const HsSlot<B>& in, HsItem& out, const dflash::ops::block_mask_params& mp,
+                  const dflash::ops::anchor_params& ap, const dflash::device_stream<B>& s) {
+    const TokenBatch& tb = in.tokens;
+    const device_job job{in.hidden.data(), tb.num_docs(), tb.seq, setup->target.feature_dim(), tb.lengths,
+                         out.loss_mask, out.num_tokens(), ap, mp, tile};
+    // Everything is enqueued on the stream; the results arrive in the step's
+    // pinned block. The drafter's thread unpacks them after the pipeline waited
+    // for this item (the item's vectors are sized there too, so a queued item
+    // holds the pinned copy only).
+    auto staged = std::make_shared<device_result>(device->enqueue(job, static_cast<void*>(s.native())));
+    out.finish_on_host = [this, staged = std::move(staged), mp, D = job.feature,
+                          N = ap.num_anchors](HsItem& item) {
+      size_outputs(item, D, N);
+      item.mask = dflash::ops::block_sparse_mask::allocate(mp, tile);
+      staged->unpack({item.hidden, item.doc_ids, item.pos, item.anchors, item.keep, item.mask.view()});
+      // The kernels wrote the tiles; the rule comes from the inputs they were built from.
+      item.mask.bind_rule(item.anchors, item.keep, item.pos);
+      finish(item);
+    };
+  }
+};
+
+}  // namespace dflash_example

@@ -1,0 +1,45 @@
+#pragma once
+// The example's pipeline type:
+//
+//   batch_source ─batch_queue─▶ target_forward × N ═hs_device (device link)═▶ postprocess ─hs_queue (60)─▶ drafter_train
+//                               (stream per worker)                           (own stream)
+//
+// The target workers write hidden states into device slots; the postprocess
+// reads them on its own stream (doc ids, packing, anchors, block mask) and
+// copies the results into host memory asynchronously; the drafter trains on
+// the CPU. Every stage is a template on the profiler policy P and the device
+// backend B: dflash::cuda_backend (--device cuda) or the asynchronous host
+// twin dflash::host_stream_backend (--device cpu), where "device" work runs
+// on executor threads and device memory is host memory. With NullProfiler
+// the timers compile to nothing. Stage names give the profile keys
+// "<name>.wait" / "<name>.work" (and "<name>.gpu" for the device stages).
+
+#include <dflash/device/host_stream_backend.hpp>
+#include <dflash/dflash.hpp>
+
+#include "batch_source.hpp"
+#include "console.hpp"
+#include "drafter_train.hpp"
+#include "payloads.hpp"
+#include "postprocess.hpp"
+#include "setup.hpp"
+#include "target_forward.hpp"
+
+namespace dflash_example {
+
+template <class P, class B>
+using train_pipeline = dflash::Pipeline<P,                                                    //
+                                        batch_source, dflash::queue_link<"batch_queue", 8>,   //
+                                        dflash::workers<target_forward<P, B>, 2>,             //
+                                        dflash::device_link<"hs_device", 4>,                  //
+                                        postprocess<P, B>, dflash::queue_link<"hs_queue", 60>,  //
+                                        drafter_train<P>>;
+
+/// The host-twin instance (keys do not depend on the backend or the policy).
+template <class P>
+using train_pipeline_twin = train_pipeline<P, dflash::host_stream_backend>;
+
+/// Every key the pipeline records, known at compile time.
+using train_keys = dflash::pipeline_keys<train_pipeline_twin<dflash::NullProfiler>>;
+
+}  // namespace dflash_example
