@@ -36,6 +36,7 @@
 #include "device_postprocess.hpp"
 #include "model.hpp"
 #include "options.hpp"
+#include "target_forward_gpu.hpp"
 
 namespace dflash_example {
 
@@ -173,6 +174,7 @@ struct batch_source {
 /// The frozen target: a forward over the padded documents, taps concatenated,
 /// on the CPU (this worker's thread), then an asynchronous copy into the
 /// slot's device buffer. TargetModel::forward_padded is const: N workers share it.
+/// [gpu forward] With CUDA the same model runs on the GPU instead, on the worker's stream into the slot.
 template <dflash::ProfilerPolicy P, dflash::DeviceBackend B>
 struct target_forward {
   static constexpr dflash::fixed_string name{"target_forward"};
@@ -182,6 +184,9 @@ struct target_forward {
 
   target_forward(const P& p, const Setup* s, std::size_t workers) : prof(p), setup(s), staging(workers) {
     for (auto& st : staging) st = std::make_unique<upload>();
+    // [gpu forward] --device cuda: the model's weights on the device, scratch per worker (target_forward_gpu.hpp)
+    if constexpr (!std::is_same_v<B, dflash::host_stream_backend>)
+      gpu = std::make_shared<target_forward_gpu>(s->target, s->opts.seq_len, workers);
   }
 
   [[no_unique_address]] dflash::profiler_ref<P> prof;
@@ -192,6 +197,16 @@ struct target_forward {
     const TokenBatch& tb = b.tokens;
     const std::size_t n = static_cast<std::size_t>(tb.num_docs()) * static_cast<std::size_t>(tb.seq) *
                           static_cast<std::size_t>(setup->target.feature_dim());
+    if constexpr (!std::is_same_v<B, dflash::host_stream_backend>) {  // [gpu forward] on the stream, into the slot
+      float* out = slot.hidden.ensure(n, s);
+      {
+        auto t = prof->scope("target_forward.model"_key);  // the host's part: checks, token upload, launches
+        gpu->enqueue(tb.tokens, tb.lengths, tb.seq, out, n, s.native(), worker);
+      }
+      slot.step = b.step;
+      slot.tokens = std::move(b.tokens);
+      return;
+    }  // [/gpu forward]
     B& backend = s.backend();
     // This worker's staging buffer is reused: its previous copy must have left
     // it (long done in practice: a forward takes far longer than the copy).
@@ -224,6 +239,7 @@ struct target_forward {
     }
   };
   std::vector<std::unique_ptr<upload>> staging;  // one per worker
+  std::shared_ptr<target_forward_gpu> gpu;       // [gpu forward] --device cuda only
 };
 
 /// Off the target's critical path, on its own stream: doc ids, packing, the

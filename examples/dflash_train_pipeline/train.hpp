@@ -175,8 +175,8 @@ inline std::string describe(const Setup& s, bool profiled) {
                 static_cast<long long>(o.steps), o.target_workers, o.hidden, s.target.taps().size(),
                 s.target.feature_dim(), o.seq_len, o.block_size, o.anchors, o.window, o.batch_queue_depth,
                 o.post_queue_depth, o.hs_queue_depth,
-                o.device == device_kind::cuda ? "cuda (hidden states in device slots, postprocess ops on the GPU, "
-                                                "models on the CPU)"
+                o.device == device_kind::cuda ? "cuda (target forward with cuBLAS/CUB into device slots, postprocess "
+                                                "ops on the GPU, drafter on the CPU)"
                                               : "cpu (the asynchronous host twin: device work on executor threads)",
                 profiled ? "profiler: AccumulatingProfiler" : "profiler: NullProfiler (nothing recorded)",
                 Drafter(s.drafter_cfg).num_parameters());

@@ -1,0 +1,88 @@
+// The host half of the GPU target forward (target_forward_gpu.hpp): the packed
+// plan of a step, its checks, and the stacked weights. forward_by_plan runs the
+// GPU's algorithm on those operands on the CPU: in float it must match
+// TargetModel::forward_padded, so a wrong row map, tap column or weight stack
+// fails here, without a GPU.
+#include <catch2/catch.hpp>
+
+#include "model.hpp"
+#include "target_forward_gpu.hpp"
+#include "target_forward_reference.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+using namespace dflash_example;
+using dflash_example::testing::forward_by_plan;
+using dflash_example::testing::max_abs_diff;
+
+TEST_CASE("plan_target_forward packs documents in order and maps each row to its padded slot row") {
+  // docs of 3, 0 and 2 tokens, seq 4
+  const std::vector<std::int32_t> tokens{5, 6, 7, 0, 0, 0, 0, 0, 8, 9, 0, 0};
+  const std::vector<std::int32_t> lengths{3, 0, 2};
+  const target_forward_plan p = plan_target_forward(tokens, lengths, 4, 10);
+  CHECK(p.docs == 3);
+  CHECK(p.seq == 4);
+  CHECK(p.padded_rows() == 12);
+  CHECK(p.tokens == std::vector<std::int32_t>{5, 6, 7, 8, 9});
+  CHECK(p.doc == std::vector<std::int32_t>{0, 0, 0, 2, 2});
+  CHECK(p.pos == std::vector<std::int32_t>{0, 1, 2, 0, 1});
+  CHECK(p.dst == std::vector<std::int32_t>{0, 1, 2, 8, 9});
+}
+
+TEST_CASE("plan_target_forward rejects what forward_padded rejects, naming it") {
+  const std::vector<std::int32_t> tokens{1, 2, 3, 4};
+  const std::vector<std::int32_t> one{2}, two{2, 2};
+  CHECK_NOTHROW(plan_target_forward(tokens, one, 4, 10));
+  CHECK_THROWS_AS(plan_target_forward(tokens, two, 4, 10), std::invalid_argument);
+  CHECK_THROWS_WITH(plan_target_forward(tokens, two, 4, 10), Catch::Contains("tokens has 4 elements, expected 8"));
+  CHECK_THROWS_WITH(plan_target_forward(tokens, std::vector<std::int32_t>{5}, 4, 10),
+                    Catch::Contains("lengths[0] = 5 is not in [0, seq = 4]"));
+  CHECK_THROWS_WITH(plan_target_forward(tokens, std::vector<std::int32_t>{-1}, 4, 10),
+                    Catch::Contains("lengths[0] = -1"));
+  CHECK_THROWS_WITH(plan_target_forward(std::vector<std::int32_t>{1, 10, 0, 0}, one, 4, 10),
+                    Catch::Contains("token 10 is outside [0, vocab = 10)"));
+  CHECK_THROWS_WITH(plan_target_forward(std::vector<std::int32_t>{-3, 1, 0, 0}, one, 4, 10),
+                    Catch::Contains("token -3 is outside"));
+  // Padding is never read: any value there is fine, as in forward_padded.
+  CHECK_NOTHROW(plan_target_forward(std::vector<std::int32_t>{1, 2, 99, -7}, one, 4, 10));
+  CHECK_THROWS_WITH(plan_target_forward({}, {}, -1, 10), Catch::Contains("seq = -1 is negative"));
+}
+
+TEST_CASE("stacked_layer_weights puts A above C, row-major [2H, H]") {
+  const TargetModel m(TargetConfig{.vocab = 11, .hidden = 5, .layers = 4, .num_taps = 2, .seed = 3});
+  for (std::size_t l = 0; l < 4; ++l) {
+    const std::vector<float> w = stacked_layer_weights(m, l);
+    REQUIRE(w.size() == 2 * 5 * 5);
+    CHECK(std::vector<float>(w.begin(), w.begin() + 25) == std::vector<float>(m.layer_a(l).begin(), m.layer_a(l).end()));
+    CHECK(std::vector<float>(w.begin() + 25, w.end()) == std::vector<float>(m.layer_c(l).begin(), m.layer_c(l).end()));
+  }
+}
+
+TEST_CASE("the GPU algorithm on the plan's operands computes TargetModel::forward_padded") {
+  // The example's shapes (hidden 64, 6 layers, taps 1..3) and an odd one.
+  for (const TargetConfig cfg : {TargetConfig{.vocab = 96, .hidden = 64}, TargetConfig{.vocab = 40, .hidden = 37, .layers = 7, .num_taps = 4, .seed = 5}}) {
+    const TargetModel m(cfg);
+    const MarkovSource src(DataConfig{.vocab = cfg.vocab});
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      TokenBatch b = src.make_batch(7, step, 384);
+      b.lengths.push_back(0);  // an empty document: all padding
+      b.tokens.resize(b.tokens.size() + static_cast<std::size_t>(b.seq), 0);
+      b.loss_mask.resize(b.tokens.size(), 0);
+      const std::vector<float> want = m.forward_padded(b);
+      const target_forward_plan p = plan_target_forward(b.tokens, b.lengths, b.seq, cfg.vocab);
+      const std::vector<float> got = forward_by_plan<float>(m, p);
+      // Float, the same operations in another order (one depth-2H sum for
+      // A and C): a few ulp of values of magnitude ~1..5 after every layer.
+      const double d = max_abs_diff(got, want);
+      INFO("hidden " << cfg.hidden << " step " << step << ": max |by plan - model| = " << d);
+      CHECK(d <= 1e-5);
+      // Padding rows: exactly 0 in both.
+      const auto F = static_cast<std::size_t>(m.feature_dim());
+      for (std::size_t doc = 0; doc < b.lengths.size(); ++doc)
+        for (std::size_t t = static_cast<std::size_t>(b.lengths[doc]); t < static_cast<std::size_t>(b.seq); ++t)
+          for (std::size_t j = 0; j < F; ++j) REQUIRE(got[(doc * static_cast<std::size_t>(b.seq) + t) * F + j] == 0.0f);
+    }
+  }
+}
