@@ -36,6 +36,7 @@
 #include "device_postprocess.hpp"
 #include "model.hpp"
 #include "options.hpp"
+#include "step_check.hpp"
 #include "target_forward_gpu.hpp"
 
 namespace dflash_example {
@@ -363,6 +364,7 @@ struct postprocess {
 struct TrainLog {
   std::vector<double> losses;  ///< per trained step
   std::vector<std::pair<std::int64_t, std::uint64_t>> digests;  ///< (step, HsItem::digest()) per item, arrival order
+  std::vector<step_check> checks;  ///< [results across backends] per item, arrival order (step_check.hpp)
   std::int64_t tokens = 0;     ///< packed tokens trained on
   std::int64_t dropped = 0;
   double last_accuracy = 0;
@@ -445,6 +447,7 @@ struct drafter_train {
     if (it.error) std::rethrow_exception(it.error);  // never train on an item the postprocess got wrong
     ++seen;
     log->digests.emplace_back(it.step, it.digest());
+    log->checks.push_back(step_check_of(it));  // [results across backends]
     if (it.dropped) {
       ++log->dropped;
     } else {

@@ -157,6 +157,7 @@ inline void write_results(const std::string& path, const RunResult& r) {
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(d));
     f << "step" << step << "_digest " << buf << "\n";
   }
+  write_step_checks(f, r.log.checks, r.log.losses);  // [results across backends] step_check.hpp
   std::snprintf(buf, sizeof buf, "%.9g", r.initial_loss());
   f << "initial_loss_f " << buf << "\n";
   std::snprintf(buf, sizeof buf, "%.9g", r.final_loss());
