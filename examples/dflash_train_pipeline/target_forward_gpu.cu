@@ -185,6 +185,7 @@ struct worker_state {
   cudaEvent_t inputs_copied = nullptr;  // the last H2D copy from `pinned`
   cudaEvent_t done = nullptr;           // the last step's last work
   bool in_flight = false;
+  target_forward_plan plan;              // host side of a step, its capacity reused
 
   worker_state() = default;
   worker_state(const worker_state&) = delete;
@@ -312,7 +313,8 @@ void target_forward_gpu::enqueue(std::span<const std::int32_t> tokens, std::span
   require(worker < d.workers.size(),
           "worker " + std::to_string(worker) + " out of range (" + std::to_string(d.workers.size()) + " workers)");
   worker_state& st = *d.workers[worker];
-  const target_forward_plan plan = plan_target_forward(tokens, lengths, seq, d.vocab);
+  plan_target_forward(st.plan, tokens, lengths, seq, d.vocab);
+  const target_forward_plan& plan = st.plan;
   const std::int32_t S = plan.size(), H = d.hidden;
   require(S <= d.max_tokens, "the step has " + std::to_string(S) + " tokens, more than max_tokens = " +
                                  std::to_string(d.max_tokens) + " this forward was sized for");

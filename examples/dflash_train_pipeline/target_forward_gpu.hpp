@@ -45,14 +45,14 @@ struct target_forward_plan {
 /// The plan of forward_padded(tokens [docs * seq], lengths [docs], seq), checked
 /// as TargetModel::forward_padded checks it (sizes, lengths in [0, seq], every
 /// real token in [0, vocab)): std::invalid_argument names what is wrong.
-[[nodiscard]] inline target_forward_plan plan_target_forward(std::span<const std::int32_t> tokens,
-                                                             std::span<const std::int32_t> lengths, std::int32_t seq,
-                                                             std::int32_t vocab) {
+/// Written into `p`, whose vectors keep their capacity (a worker reuses one plan).
+inline void plan_target_forward(target_forward_plan& p, std::span<const std::int32_t> tokens,
+                                std::span<const std::int32_t> lengths, std::int32_t seq, std::int32_t vocab) {
   constexpr std::string_view op = "target_forward_gpu";
   constexpr auto most = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
   detail::require(seq >= 0, op, "seq = " + std::to_string(seq) + " is negative");
   detail::require(lengths.size() <= most, op, "too many documents");
-  target_forward_plan p;
+  for (auto* v : {&p.tokens, &p.doc, &p.pos, &p.dst}) v->clear();
   p.docs = static_cast<std::int32_t>(lengths.size());
   p.seq = seq;
   detail::require_size(tokens.size(), p.padded_rows(), op, "tokens");
@@ -77,6 +77,12 @@ struct target_forward_plan {
       p.dst.push_back(row);
     }
   }
+}
+[[nodiscard]] inline target_forward_plan plan_target_forward(std::span<const std::int32_t> tokens,
+                                                             std::span<const std::int32_t> lengths, std::int32_t seq,
+                                                             std::int32_t vocab) {
+  target_forward_plan p;
+  plan_target_forward(p, tokens, lengths, seq, vocab);
   return p;
 }
 

@@ -29,6 +29,15 @@ TEST_CASE("plan_target_forward packs documents in order and maps each row to its
   CHECK(p.doc == std::vector<std::int32_t>{0, 0, 0, 2, 2});
   CHECK(p.pos == std::vector<std::int32_t>{0, 1, 2, 0, 1});
   CHECK(p.dst == std::vector<std::int32_t>{0, 1, 2, 8, 9});
+  // A reused plan (a worker's) holds the new step only.
+  target_forward_plan reused = p;
+  plan_target_forward(reused, std::vector<std::int32_t>{4, 0, 0}, std::vector<std::int32_t>{1}, 3, 10);
+  CHECK(reused.docs == 1);
+  CHECK(reused.seq == 3);
+  CHECK(reused.tokens == std::vector<std::int32_t>{4});
+  CHECK(reused.doc == std::vector<std::int32_t>{0});
+  CHECK(reused.pos == std::vector<std::int32_t>{0});
+  CHECK(reused.dst == std::vector<std::int32_t>{0});
 }
 
 TEST_CASE("plan_target_forward rejects what forward_padded rejects, naming it") {
