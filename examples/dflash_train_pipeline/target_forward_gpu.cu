@@ -64,15 +64,14 @@ unsigned grid_for(std::size_t items) {
 
 // ---- kernels (n = S * H elements; index i = s * H + h unless said otherwise) ----
 
-/// keys[h * S + s] = h * docs + doc[s]: in the transposed layout, adjacent
-/// elements share a key exactly when they are one column h of one document.
+/// keys[h * S + s] = scan_key(h, doc[s], docs) (target_forward_gpu.hpp).
 __global__ void scan_keys_kernel(const std::int32_t* doc, std::int32_t S, std::int32_t H, std::int32_t docs,
                                  std::int32_t* keys) {
   const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(H);
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
     const auto h = static_cast<std::int32_t>(i / static_cast<std::size_t>(S));
     const auto s = static_cast<std::int32_t>(i % static_cast<std::size_t>(S));
-    keys[i] = h * docs + doc[s];
+    keys[i] = scan_key(h, doc[s], docs);
   }
 }
 

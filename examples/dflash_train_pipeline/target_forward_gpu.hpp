@@ -86,6 +86,14 @@ inline void plan_target_forward(target_forward_plan& p, std::span<const std::int
   return p;
 }
 
+/// The key of element (h, s) of the transposed [H, S] layout (index h * S + s)
+/// the by-key scan runs over: neighbours share a key exactly when they are one
+/// column h of one document (doc in [0, docs)), so the scan's segments are the
+/// in-document running sums. The kernels compute it (--expt-relaxed-constexpr).
+[[nodiscard]] constexpr std::int32_t scan_key(std::int32_t h, std::int32_t doc, std::int32_t docs) noexcept {
+  return h * docs + doc;
+}
+
 /// Layer l's A and C stacked into one GEMM operand, row-major [2 * hidden, hidden]:
 /// rows 0..H-1 are A, rows H..2H-1 are C. With Z = [rms(h) | rms(mean)] per row,
 /// Z W = rms(h) A + rms(mean) C: one GEMM of depth 2H instead of two.

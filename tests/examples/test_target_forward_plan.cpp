@@ -59,6 +59,34 @@ TEST_CASE("plan_target_forward rejects what forward_padded rejects, naming it") 
   CHECK_THROWS_WITH(plan_target_forward({}, {}, -1, 10), Catch::Contains("seq = -1 is negative"));
 }
 
+TEST_CASE("a by-key scan over the transposed layout, keyed by scan_key, gives each document's running sums") {
+  // H = 3 columns, values x[s][h] = 10 s + h; several documents, and one document alone
+  // (then only the column tells one segment from the next)
+  for (const std::vector<std::int32_t>& lengths : {std::vector<std::int32_t>{3, 0, 1, 2}, std::vector<std::int32_t>{0, 3}}) {
+  const std::int32_t seq = 3, H = 3;
+  const std::vector<std::int32_t> tokens(lengths.size() * static_cast<std::size_t>(seq), 1);
+  const target_forward_plan p = plan_target_forward(tokens, lengths, seq, 10);
+  const auto S = static_cast<std::size_t>(p.size()), hs = static_cast<std::size_t>(H);
+  std::vector<std::int32_t> keys(hs * S);
+  std::vector<double> xT(hs * S), scan(hs * S);
+  for (std::size_t h = 0; h < hs; ++h)
+    for (std::size_t s = 0; s < S; ++s) {
+      keys[h * S + s] = scan_key(static_cast<std::int32_t>(h), p.doc[s], p.docs);
+      xT[h * S + s] = 10.0 * static_cast<double>(s) + static_cast<double>(h);
+    }
+  for (std::size_t i = 0; i < keys.size(); ++i)  // InclusiveSumByKey: restart where the key changes
+    scan[i] = xT[i] + (i > 0 && keys[i] == keys[i - 1] ? scan[i - 1] : 0.0);
+  for (std::size_t h = 0; h < hs; ++h) {
+    double run = 0;
+    for (std::size_t s = 0; s < S; ++s) {
+      run = (p.pos[s] == 0 ? 0.0 : run) + xT[h * S + s];
+      INFO("h " << h << " s " << s);
+      CHECK(scan[h * S + s] == run);
+    }
+  }
+  }
+}
+
 TEST_CASE("stacked_layer_weights puts A above C, row-major [2H, H]") {
   const TargetModel m(TargetConfig{.vocab = 11, .hidden = 5, .layers = 4, .num_taps = 2, .seed = 3});
   for (std::size_t l = 0; l < 4; ++l) {
