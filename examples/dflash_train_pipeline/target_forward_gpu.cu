@@ -328,10 +328,21 @@ void target_forward_gpu::enqueue(std::span<const std::int32_t> tokens, std::span
   require(dev == d.device, "called on device " + std::to_string(dev) + ", the weights are on device " +
                                std::to_string(d.device));
   const auto s = static_cast<cudaStream_t>(stream);
+  const auto toks = static_cast<std::size_t>(S);
+  const std::size_t n = toks * static_cast<std::size_t>(H);
+  std::size_t scan_bytes = 0;  // a host-side query: what this step's scans need of the storage sized at construction
+  if (toks) {
+    cuda_check(cub::DeviceScan::InclusiveSumByKey(nullptr, scan_bytes, st.keys, st.xT, st.runT,
+                                                  static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
+               "target_forward_gpu: InclusiveSumByKey (size query)");
+    if (scan_bytes > st.scan_temp_size)
+      throw std::logic_error("target_forward_gpu: the scan needs " + std::to_string(scan_bytes) +
+                             " bytes of temp storage, more than the " + std::to_string(st.scan_temp_size) +
+                             " sized for max_tokens");
+  }
 
   // 1. The pinned block: its previous copy must have left it (a step ago).
   if (st.in_flight) cuda_check(cudaEventSynchronize(st.inputs_copied), "target_forward_gpu: cudaEventSynchronize");
-  const auto toks = static_cast<std::size_t>(S);
   std::int32_t* const pin = st.pinned;
   if (toks) {
     std::memcpy(pin, plan.tokens.data(), toks * sizeof(std::int32_t));
@@ -362,19 +373,11 @@ void target_forward_gpu::enqueue(std::span<const std::int32_t> tokens, std::span
       const std::int32_t* doc = st.ints + toks;
       const std::int32_t* pos = st.ints + 2 * toks;
       const std::int32_t* dst = st.ints + 3 * toks;
-      const std::size_t n = toks * static_cast<std::size_t>(H);
       const unsigned grid = grid_for(n);
       scan_keys_kernel<<<grid, kThreads, 0, s>>>(doc, S, H, plan.docs, st.keys);
       cuda_check_launch("target_forward_gpu: scan keys");
       embed_kernel<<<grid, kThreads, 0, s>>>(d.embedding, tok, S, H, st.x);
       cuda_check_launch("target_forward_gpu: embedding");
-      std::size_t scan_bytes = 0;
-      cuda_check(cub::DeviceScan::InclusiveSumByKey(nullptr, scan_bytes, st.keys, st.xT, st.runT,
-                                                    static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
-                 "target_forward_gpu: InclusiveSumByKey (size query)");
-      require(scan_bytes <= st.scan_temp_size, "the scan needs " + std::to_string(scan_bytes) +
-                                                   " bytes of temp storage, more than the " +
-                                                   std::to_string(st.scan_temp_size) + " sized for max_tokens");
       const auto Hs = static_cast<std::size_t>(H);
       for (std::int32_t l = 0; l < d.layers; ++l) {
         const auto ls = static_cast<std::size_t>(l);
