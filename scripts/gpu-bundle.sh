@@ -16,7 +16,7 @@
 #   lib/      libcudart.so.13; for the GPU benchmarks, libbenchmark.so.1debian and
 #             the libstdc++.so.6 / libgcc_s.so.1 it was built against
 #   run.sh, compare_results.py, bench_fractions.py, torch_reference.py, tests.tsv, benchmarks.txt,
-#   examples.txt, MANIFEST
+#   examples.txt, cublas.txt (the programs that load cuBLAS from that machine), MANIFEST
 #
 # Linking: libstdc++ and libgcc are linked statically (DFLASH_STATIC_LIBSTDCXX),
 # so the tests, which compute-sanitizer runs with its own injected libraries,
@@ -33,6 +33,13 @@
 # (libcuda.so.1, the driver, is loaded by cudart at run time), records the
 # glibc version the bundle needs (run.sh checks it), prints the size and fails
 # above 48 MiB.
+# cuBLAS is the exception to carrying (libcublasLt alone is ~500 MiB): the
+# programs linked with it (the example's --device cuda target forward) must
+# link it dynamically (a defined cublas* symbol in a binary fails the script),
+# the example's binaries must be among them, cublas.txt names them, and run.sh
+# finds libcublas.so.13 / libcublasLt.so.13 on that machine (the nvidia-cublas
+# python package) and puts their folder on those programs' LD_LIBRARY_PATH.
+# What only cuBLAS itself loads (libcublasLt, its libgcc_s) comes with it there.
 #
 # DFLASH_BUNDLE_BUILD_DIR (default build/gpu-bundle), DFLASH_BUNDLE_JOBS (2);
 # DFLASH_BUNDLE_STOP_AFTER=configure stops once CMake has configured and the
@@ -132,13 +139,39 @@ chmod +x "$out/run.sh" "$out/compare_results.py" "$out/bench_fractions.py" "$out
 
 # ---- shared libraries: carry all but glibc, then prove the bundle is closed ---
 glibc_re='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1)$'
+cublas_re='^(libcublas\.so\.13|libcublasLt\.so\.13)$'
 deps() {  # file -> "soname path" per line, for every library the loader would load
   env -u LD_LIBRARY_PATH ldd "$1" | awk '/=>/ { print $1, $3; next } { print $1, "" }'
+}
+needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+# cuBLAS: linked dynamically or not at all; its users listed; what only it loads left to it.
+: >"$out/cublas.txt"
+cublas_only=""  # sonames libcublas.so.13 loads that are not glibc (libcublasLt, libgcc_s)
+for f in "$out"/bin/*; do
+  if readelf -Ws "$f" | awk '$7 != "UND" && $8 ~ /^cublas[A-Z]/ { found = 1 } END { exit !found }'; then
+    die "$(basename "$f") defines cuBLAS functions: cuBLAS must be linked dynamically (CUDA::cublas), not carried inside"
+  fi
+  if needed "$f" | grep -E "$cublas_re" >/dev/null; then  # (not -q: with pipefail an early exit could fail readelf)
+    echo "bin/$(basename "$f")" >>"$out/cublas.txt"
+    if [[ -z $cublas_only ]]; then
+      lib=$(env -u LD_LIBRARY_PATH ldd "$f" | awk '$1 == "libcublas.so.13" { print $3 }')
+      [[ -n $lib && -f $lib ]] || die "$(basename "$f") needs libcublas.so.13, which is not found here"
+      cublas_only=$(deps "$lib" | awk '{ print $1 }' | xargs -n 1 basename | grep -vE "$glibc_re" | paste -sd ' ' -)
+    fi
+  fi
+done
+for t in "${examples[@]}"; do
+  grep -qx "bin/$t" "$out/cublas.txt" || die "$t does not link libcublas.so.13: its --device cuda target forward is missing"
+done
+skip_dep() {  # FILE SONAME: not carried (glibc, cuBLAS, or what only cuBLAS loads for a cuBLAS user)
+  [[ $2 =~ $glibc_re || $2 =~ $cublas_re ]] && return 0
+  grep -qx "bin/$(basename "$1")" "$out/cublas.txt" || return 1
+  [[ " $cublas_only " == *" $2 "* ]] && ! needed "$1" | grep -x "$2" >/dev/null
 }
 for f in "$out"/bin/*; do
   while read -r so path; do
     so=$(basename "$so")
-    [[ $so =~ $glibc_re ]] && continue
+    skip_dep "$f" "$so" && continue
     [[ $path == "not" || -z $path ]] && die "$(basename "$f") needs $so, which is not found here"
     [[ -f $out/lib/$so ]] || cp -L "$path" "$out/lib/$so"
   done < <(deps "$f")
@@ -149,7 +182,7 @@ for f in "$out"/bin/*; do
   [[ $runpath == '$ORIGIN/../lib' ]] || { echo "  $(basename "$f"): RUNPATH is '$runpath', want \$ORIGIN/../lib"; bad=1; }
   while read -r so path; do
     so=$(basename "$so")
-    [[ $so =~ $glibc_re ]] && continue
+    skip_dep "$f" "$so" && continue
     [[ -n $path && $path != not ]] && path=$(realpath -m "$path")
     if [[ $path != "$out/lib/"* ]]; then
       echo "  $(basename "$f"): $so resolves to '${path:-?}', not into the bundle"
@@ -160,6 +193,7 @@ done
 ((bad == 0)) || die "the bundle is not self-contained (see above)"
 glibc_needed=$(objdump -T "$out"/bin/* "$out"/lib/* 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2,2n -u | tail -n 1)
 echo "gpu-bundle: ldd ok: bin/* need only glibc (>= ${glibc_needed#GLIBC_}) and lib/: $(cd "$out/lib" && echo *)"
+echo "gpu-bundle: cuBLAS (from that machine, dynamically linked): $(paste -sd ' ' "$out/cublas.txt")"
 
 {
   echo "dflash GPU bundle"
@@ -167,6 +201,7 @@ echo "gpu-bundle: ldd ok: bin/* need only glibc (>= ${glibc_needed#GLIBC_}) and 
   echo "built $(date -u +%FT%TZ) on $(hostname) for sm_$arch"
   echo "nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), $(g++ --version | head -n 1)"
   echo "needs glibc >= ${glibc_needed#GLIBC_} and a CUDA 13 driver"
+  echo "needs libcublas.so.13 and libcublasLt.so.13 (nvidia-cublas python package) for: $(paste -sd ' ' "$out/cublas.txt")"
 } >"$out/MANIFEST"
 
 bytes=$(du -sb "$out" | cut -f1)

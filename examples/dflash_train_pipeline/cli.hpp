@@ -79,8 +79,8 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
   CLI::App app{
       "DFlash drafter training pipeline on dflash::Pipeline: a batch source -> N target-forward workers -> "
       "postprocess (doc ids, packing, copy, anchors, block mask) -> bounded HS queue -> drafter train loop. "
-      "The target model and the drafter are small synthetic models that run on the CPU; the drafter really "
-      "trains (its loss goes down). " +
+      "The target model and the drafter are small synthetic models (with --device cuda the target runs on the "
+      "GPU); the drafter runs on the CPU and really trains (its loss goes down). " +
           std::string(profiled ? "This build records every stage with dflash::AccumulatingProfiler."
                                : "This build uses dflash::NullProfiler: instrumentation compiles to nothing; "
                                  "run dflash_train_pipeline_profiled for per-stage tables."),
@@ -164,13 +164,16 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
                                "write a Chrome/Perfetto trace of every stage to this JSON file (profiled build; "
                                "dflash::TraceProfiler composed with the accumulating profiler)");
   auto* results = app.add_option("--results", o.results,
-                                 "write what the postprocess produced per step (bit-exact digests) and the loss curve "
-                                 "to this file, as `name value` lines (compare a cuda and a cpu run of the same seed)");
+                                 "write what the postprocess produced per step (bit-exact digests; layouts and hidden-state "
+                                 "sums that compare across backends) and the loss curve to this file, as `name value` "
+                                 "lines (scripts/bundle/compare_results.py --across-backends compares a cuda and a cpu "
+                                 "run of the same seed)");
   app.add_option("--device", device,
-                 "the backend of the hs_device link and the postprocess. cpu: the asynchronous host twin (device "
-                 "work on executor threads, host memory). cuda: hidden states in GPU slots, the postprocess ops "
-                 "(doc ids, packing, anchors, block mask) as dflash::ops::gpu kernels on the postprocess stream, "
-                 "copied into pinned memory asynchronously; the target model and the drafter run on the CPU")
+                 "the backend of the target forward, the hs_device link and the postprocess. cpu: the asynchronous "
+                 "host twin (device work on executor threads, host memory). cuda: the target model on the GPU "
+                 "(cuBLAS, CUB) straight into GPU slots, the postprocess ops (doc ids, packing, anchors, block "
+                 "mask) as dflash::ops::gpu kernels on the postprocess stream, copied into pinned memory "
+                 "asynchronously; the drafter runs on the CPU")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--progress-interval", o.progress_interval, "seconds between progress lines (0 = only the last)")

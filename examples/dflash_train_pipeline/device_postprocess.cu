@@ -14,7 +14,7 @@
 // its unpacking, so neither the host thread nor a later step can overwrite
 // what a copy still reads; each block's event (recorded after its step's last
 // copy) says when the pool may hand it out again.
-// The only CUDA TU of the example (built when DFLASH_ENABLE_CUDA is ON).
+// Built when DFLASH_ENABLE_CUDA is ON, with target_forward_gpu.cu (the target model's forward).
 #include "device_postprocess.hpp"
 
 #include <cuda_runtime.h>

@@ -62,6 +62,7 @@ struct drafter_train {
     if (it.error) std::rethrow_exception(it.error);  // never train on an item the postprocess got wrong
     ++seen;
     log->digests.emplace_back(it.step, it.digest());
+    log->checks.push_back(step_check_of(it));
     if (it.dropped) {
       ++log->dropped;
     } else {

@@ -195,6 +195,12 @@ class TargetModel {
 
   [[nodiscard]] const TargetConfig& config() const noexcept { return cfg_; }
   [[nodiscard]] const std::vector<std::int32_t>& taps() const noexcept { return taps_; }
+  // -- the frozen weights, row-major as forward_document reads them (target_forward_gpu uploads them)
+  [[nodiscard]] std::span<const float> embedding() const noexcept { return embed_; }                   ///< [vocab, hidden]
+  [[nodiscard]] std::span<const float> layer_a(std::size_t l) const { return layers_.at(l).a; }  ///< [hidden, hidden]
+  [[nodiscard]] std::span<const float> layer_c(std::size_t l) const { return layers_.at(l).c; }  ///< [hidden, hidden]
+  [[nodiscard]] std::span<const float> layer_b(std::size_t l) const { return layers_.at(l).b; }  ///< [hidden]
+  // --
   /// Width of one token's hidden-state row: taps * hidden.
   [[nodiscard]] std::int32_t feature_dim() const noexcept {
     return static_cast<std::int32_t>(taps_.size()) * cfg_.hidden;

@@ -12,6 +12,7 @@
 #include <dflash/dflash.hpp>  // device_item and device_buffer (the pipeline's device links), the ops
 
 #include "model.hpp"
+#include "step_check.hpp"
 
 namespace dflash_example {
 
@@ -78,6 +79,7 @@ struct HsItem {
 struct TrainLog {
   std::vector<double> losses;  ///< per trained step
   std::vector<std::pair<std::int64_t, std::uint64_t>> digests;  ///< (step, HsItem::digest()) per item, arrival order
+  std::vector<step_check> checks;  ///< per item, arrival order: comparable across backends (step_check.hpp)
   std::int64_t tokens = 0;     ///< packed tokens trained on
   std::int64_t dropped = 0;
   double last_accuracy = 0;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -11,12 +12,15 @@
 
 #include "payloads.hpp"
 #include "setup.hpp"
+#include "target_forward_gpu.hpp"
 
 namespace dflash_example {
 
-/// The frozen target: a forward over the padded documents, taps concatenated,
-/// on the CPU (this worker's thread), then an asynchronous copy into the
-/// slot's device buffer. TargetModel::forward_padded is const: N workers share it.
+/// The frozen target: a forward over the padded documents, taps concatenated.
+/// With a GPU (cuda_backend) the forward runs on the worker's stream and
+/// writes the slot's device buffer itself (target_forward_gpu: cuBLAS and CUB);
+/// on the host twin it runs on this worker's thread (TargetModel::forward_padded
+/// is const: N workers share it), then an asynchronous copy fills the slot.
 template <dflash::ProfilerPolicy P, dflash::DeviceBackend B>
 struct target_forward {
   static constexpr dflash::fixed_string name{"target_forward"};
@@ -24,8 +28,12 @@ struct target_forward {
   using output_type = HsSlot<B>;
   using keys = dflash::key_set<"target_forward.model">;  // the model forward alone (work minus the upload)
 
+  static constexpr bool on_gpu = !std::is_same_v<B, dflash::host_stream_backend>;
+
   target_forward(const P& p, const Setup* s, std::size_t workers) : prof(p), setup(s), staging(workers) {
     for (auto& st : staging) st = std::make_unique<upload>();
+    // The weights on the device once, scratch per worker sized for --seq-len (target_forward_gpu.hpp).
+    if constexpr (on_gpu) gpu = std::make_shared<target_forward_gpu>(s->target, s->opts.seq_len, workers);
   }
 
   [[no_unique_address]] dflash::profiler_ref<P> prof;
@@ -36,6 +44,16 @@ struct target_forward {
     const TokenBatch& tb = b.tokens;
     const std::size_t n = static_cast<std::size_t>(tb.num_docs()) * static_cast<std::size_t>(tb.seq) *
                           static_cast<std::size_t>(setup->target.feature_dim());
+    if constexpr (on_gpu) {  // on the stream, straight into the slot: no host forward, no upload
+      float* out = slot.hidden.ensure(n, s);
+      {
+        auto t = prof->scope("target_forward.model"_key);  // the host's part: checks, token upload, launches
+        gpu->enqueue(tb.tokens, tb.lengths, tb.seq, out, n, s.native(), worker);
+      }
+      slot.step = b.step;
+      slot.tokens = std::move(b.tokens);
+      return;
+    }
     B& backend = s.backend();
     // This worker's staging buffer is reused: its previous copy must have left
     // it (long done in practice: a forward takes far longer than the copy).
@@ -67,7 +85,8 @@ struct target_forward {
       if (backend && copied) backend->destroy_event(copied);
     }
   };
-  std::vector<std::unique_ptr<upload>> staging;  // one per worker
+  std::vector<std::unique_ptr<upload>> staging;  // one per worker (the host twin's path)
+  std::shared_ptr<target_forward_gpu> gpu;       // --device cuda only
 };
 
 }  // namespace dflash_example

@@ -157,6 +157,7 @@ inline void write_results(const std::string& path, const RunResult& r) {
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(d));
     f << "step" << step << "_digest " << buf << "\n";
   }
+  write_step_checks(f, r.log.checks, r.log.losses);  // step_check.hpp: comparable across backends
   std::snprintf(buf, sizeof buf, "%.9g", r.initial_loss());
   f << "initial_loss_f " << buf << "\n";
   std::snprintf(buf, sizeof buf, "%.9g", r.final_loss());
@@ -175,8 +176,8 @@ inline std::string describe(const Setup& s, bool profiled) {
                 static_cast<long long>(o.steps), o.target_workers, o.hidden, s.target.taps().size(),
                 s.target.feature_dim(), o.seq_len, o.block_size, o.anchors, o.window, o.batch_queue_depth,
                 o.post_link_depth, o.hs_queue_depth,
-                o.device == device_kind::cuda ? "cuda (hidden states in device slots, postprocess ops on the GPU, "
-                                                "models on the CPU)"
+                o.device == device_kind::cuda ? "cuda (target forward with cuBLAS/CUB into device slots, postprocess "
+                                                "ops on the GPU, drafter on the CPU)"
                                               : "cpu (the asynchronous host twin: device work on executor threads)",
                 profiled ? "profiler: AccumulatingProfiler" : "profiler: NullProfiler (nothing recorded)",
                 Drafter(s.drafter_cfg).num_parameters());

@@ -11,8 +11,11 @@
 #   2. every GPU test (tests.tsv) in strict mode, DFLASH_REQUIRE_GPU=1: no
 #      device is a failure, never a skip;
 #   3. the example, both binaries: --device cuda and --device cpu, 300 steps,
-#      seed 7, --results files compared by compare_results.py (integers and
-#      checksums exactly, floats within rel 1e-5 / abs 1e-6);
+#      seed 7, --results files compared by compare_results.py --across-backends
+#      (the cuda run's target forward is cuBLAS's: every integer field of every
+#      step exactly, hidden-state sums and the loss curve within rel 1e-4, the
+#      bitwise digests not at all); a "figures" line per binary: tokens/s of
+#      both runs and target_forward.gpu's share of the wall time;
 #   3b. the ops against PyTorch on the same machine (torch_reference.py, its
 #      own time limit): dflash::ops::gpu (bin/dflash_ops_driver_gpu) against
 #      torch on cuda, the host twins (bin/dflash_ops_driver) against torch on
@@ -24,6 +27,13 @@
 #      GPU test, in parallel (DFLASH_BUNDLE_SANITIZER_JOBS, default 6). A tool
 #      is UNSUPPORTED on this runtime when it fails on the clean probe; then its
 #      test runs are not counted as failures (nor as passes).
+# cuBLAS is not carried (too large): the programs listed in cublas.txt (made
+# by gpu-bundle.sh) load libcublas.so.13 / libcublasLt.so.13 from this
+# machine, found at run time in the nvidia-cublas python package (python3 -c
+# 'import nvidia.cublas'), else under python's site-packages, else through
+# ldconfig; that folder goes on LD_LIBRARY_PATH for those programs only. The
+# summary's "cuBLAS:" line names the file used, or says none was found; then
+# each of those programs is a FAIL saying so, without being run.
 # LOGDIR/summary.txt: the device line, then one line per step,
 #   PASS | FAIL | UNSUPPORTED | SKIP   step   figures or reason
 # a "skipped for time:" line naming every step the budget left out, and a last
@@ -106,6 +116,55 @@ if [[ -n $need && -n $have ]] && [[ $(printf '%s\n%s\n' "$need" "$have" | sort -
   result FAIL "glibc" "this machine has glibc $have; the bundle needs >= $need (rebuild it on an older distribution)"
 fi
 
+# ---- cuBLAS, for the programs linked with it ---------------------------------------
+cublas_dir="" cublas_how=""
+find_cublas() {
+  local py d f
+  py=$(command -v python3 || true)
+  if [[ -n $py ]]; then
+    d=$("$py" -c 'import os, nvidia.cublas as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+    if [[ -n $d && -f $d/libcublas.so.13 ]]; then
+      cublas_dir=$d cublas_how="python package nvidia.cublas"
+      return
+    fi
+    while IFS= read -r d; do
+      [[ -n $d && -d $d ]] || continue
+      f=$(find "$d" -maxdepth 4 -path '*/nvidia/cublas/lib/libcublas.so.13' 2>/dev/null | head -n 1)
+      if [[ -n $f ]]; then
+        cublas_dir=$(dirname "$f") cublas_how="found under $d"
+        return
+      fi
+    done < <("$py" -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null)
+  fi
+  if command -v ldconfig >/dev/null; then
+    f=$(ldconfig -p 2>/dev/null | awk '$1 == "libcublas.so.13" { print $NF; exit }')
+    [[ -n $f ]] && cublas_dir=$(dirname "$f") cublas_how="ldconfig"
+  fi
+}
+cublas_users=()
+[[ -f cublas.txt ]] && mapfile -t cublas_users <cublas.txt
+needs_cublas() {  # EXE (bin/NAME)
+  local e
+  for e in "${cublas_users[@]}"; do [[ $e == "$1" ]] && return 0; done
+  return 1
+}
+# `env` assignments for EXE: cuBLAS's folder first on LD_LIBRARY_PATH, for its users only.
+run_env() {
+  if needs_cublas "$1" && [[ -n $cublas_dir ]]; then echo "LD_LIBRARY_PATH=$cublas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+}
+no_cublas="needs libcublas.so.13, not found on this machine (see the cuBLAS line): not run"
+((${#cublas_users[@]} > 0)) && find_cublas
+if ((${#cublas_users[@]} == 0)); then
+  emit "cuBLAS: not needed (cublas.txt names no program)"
+elif [[ -n $cublas_dir && ! -f $cublas_dir/libcublasLt.so.13 ]]; then
+  emit "cuBLAS: $cublas_dir/libcublas.so.13 ($cublas_how) has no libcublasLt.so.13 beside it: not used"
+  cublas_dir=""
+elif [[ -n $cublas_dir ]]; then
+  emit "cuBLAS: $cublas_dir/libcublas.so.13 and libcublasLt.so.13 ($cublas_how), for ${#cublas_users[@]} programs: $(printf '%s ' "${cublas_users[@]}")"
+else
+  emit "cuBLAS: no libcublas.so.13 found (python3 'import nvidia.cublas', python site-packages, ldconfig): the ${#cublas_users[@]} programs linked with it fail"
+fi
+
 have_gpu=0
 timeout -k 5 60 bin/dflash_gpu_probe >"$logs/probe.log" 2>&1
 rc=$?
@@ -129,10 +188,12 @@ for row in "${test_lines[@]}"; do
   eval "argv=($args)"
   l=$(limit 60)  # seconds on an H200; a hang costs one minute, not the run
   if ((l == 0)); then skip_for_time "test $name"; continue; fi
+  if needs_cublas "$exe" && [[ -z $cublas_dir ]]; then result FAIL "test $name" "$no_cublas"; continue; fi
   s=$SECONDS
   loading=${CUDA_MODULE_LOADING:-LAZY}
   [[ $eager_tests == *" $name "* ]] && loading=EAGER
-  CUDA_MODULE_LOADING=$loading timeout -k 5 "$l" "$exe" "${argv[@]}" >"$logs/test-$name.log" 2>&1
+  mapfile -t env_of < <(run_env "$exe")
+  env "${env_of[@]}" CUDA_MODULE_LOADING=$loading timeout -k 5 "$l" "$exe" "${argv[@]}" >"$logs/test-$name.log" 2>&1
   rc=$?
   d=$((SECONDS - s))
   figures=$(catch_figures "$logs/test-$name.log")
@@ -161,12 +222,19 @@ if ((have_gpu == 0)); then
 fi
 
 # ---- 3. the example: --device cuda against --device cpu ---------------------------
+tokens_per_s() { local t; t=$(sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p' "$1" 2>/dev/null | head -n 1); echo "${t:-?}"; }
+gpu_share() {  # LOG WHICH -> "; target_forward.gpu WHICH: TOTAL total = P % of wall" from the final profile, or ""
+  awk -v which="$2" '$1 == "target_forward.gpu" { t = sprintf("; target_forward.gpu %s: %s %s total = %s %% of wall", which, $3, $4, $NF) }
+    END { printf "%s", t }' "$1" 2>/dev/null
+}
 mapfile -t example_bins <examples.txt
 for exe in "${example_bins[@]}"; do
   name=$(basename "$exe")
   step="example $name cuda==cpu"
+  if needs_cublas "$exe" && [[ -z $cublas_dir ]]; then result FAIL "$step" "$no_cublas"; continue; fi
   l=$(limit 150)
   if ((l == 0)); then skip_for_time "$step"; continue; fi
+  mapfile -t env_of < <(run_env "$exe")
   # One target worker: the drafter then sees the steps in the same order on
   # both backends, so even the loss curve must agree.
   common=(--steps 300 --seed 7 --target-workers 1 --quiet --profile-interval 0)
@@ -174,7 +242,7 @@ for exe in "${example_bins[@]}"; do
   for dev in cuda cpu; do
     rm -f "$logs/$name.$dev.txt"
     (
-      timeout -k 5 "$l" "$exe" --device "$dev" "${common[@]}" --results "$logs/$name.$dev.txt" \
+      env "${env_of[@]}" timeout -k 5 "$l" "$exe" --device "$dev" "${common[@]}" --results "$logs/$name.$dev.txt" \
         >"$logs/example-$name-$dev.log" 2>&1
       echo $? >"$logs/.rc-$name-$dev"
     ) &
@@ -192,8 +260,10 @@ for exe in "${example_bins[@]}"; do
   elif ((rc_cuda != 0 || rc_cpu != 0)); then
     result FAIL "$step" "cuda exit $rc_cuda, cpu exit $rc_cpu: $(first_line "$logs/example-$name-cuda.log" 'error|FAIL')"
   else
-    python3 compare_results.py "$logs/$name.cpu.txt" "$logs/$name.cuda.txt" >"$logs/compare-$name.log" 2>&1
+    python3 compare_results.py --across-backends "$logs/$name.cpu.txt" "$logs/$name.cuda.txt" >"$logs/compare-$name.log" 2>&1
     rc=$?
+    # The two runs ran at the same time (16 cores: the drafter, on the CPU, bounds both).
+    emit "figures     example $name: tokens/s cuda $(tokens_per_s "$logs/example-$name-cuda.log"), cpu $(tokens_per_s "$logs/example-$name-cpu.log") (both runs at once)$(gpu_share "$logs/example-$name-cuda.log" cuda)$(gpu_share "$logs/example-$name-cpu.log" cpu)"
     verdict=$(tail -n 1 "$logs/compare-$name.log")
     if ((rc == 0)); then
       result PASS "$step" "300 steps, seed 7: $verdict, ${d} s"
@@ -340,7 +410,9 @@ else
       # they could only time out. Every other test case runs under every tool.
       # (A test with its own Catch filter from ctest keeps it unchanged.)
       ((${#argv[@]})) || argv=("~[concurrent]")
-      launch "$id" 180 "$tool $name" "$cs" --tool "$tool" $(tool_flags "$tool") --error-exitcode 99 --print-limit 20 "$exe" "${argv[@]}" &&
+      if needs_cublas "$exe" && [[ -z $cublas_dir ]]; then result FAIL "$tool $name" "$no_cublas"; continue; fi
+      mapfile -t env_of < <(run_env "$exe")
+      launch "$id" 180 "$tool $name" env "${env_of[@]}" "$cs" --tool "$tool" $(tool_flags "$tool") --error-exitcode 99 --print-limit 20 "$exe" "${argv[@]}" &&
         ids+=("$tool $name $id")
     done
   done

@@ -3,10 +3,14 @@
 # programs, nvidia-smi and compute-sanitizer are shell stubs, and checks its
 # summary line by line. No GPU and no CUDA build needed: this is run.sh's own
 # logic (statuses, figures, exit code), not the GPU code.
-#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice|budget
+#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice|budget|nocublas
 # budget: compute-sanitizer hangs on every test (not on the probe), two jobs at
 # a time, a 25 s budget: the run must end within the budget plus a few seconds
 # and name every step it skipped for time.
+# cuBLAS (pass, nocublas): bin/ex_plain and bin/test_a are listed in
+# cublas.txt and fail as the loader would unless LD_LIBRARY_PATH holds cuBLAS's
+# folder; "pass" has a fake nvidia-cublas python package, "nocublas" none
+# (python3 and ldconfig are stand-ins, so the machine's own cuBLAS stays out).
 set -uo pipefail
 src=$1 scenario=$2
 work=$(mktemp -d)
@@ -21,6 +25,24 @@ printf 'test_a\tbin/test_a\t\ntest_b\tbin/test_b\t'\''[x]'\'' --order decl\n' >"
 printf 'bin/bench_x\n' >"$b/benchmarks.txt"
 printf 'bin/ex_plain\nbin/ex_prof\n' >"$b/examples.txt"
 stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1"; chmod +x "$1"; }
+real_py=$(PATH=/usr/bin:/bin command -v python3)
+stub "$fake/ldconfig" 'exit 0'
+if [[ $scenario == pass || $scenario == nocublas ]]; then
+  printf 'bin/ex_plain\nbin/test_a\n' >"$b/cublas.txt"
+fi
+if [[ $scenario == nocublas ]]; then
+  stub "$fake/python3" "case \"\$*\" in *nvidia.cublas*|*getsitepackages*) exit 1;; esac; exec $real_py \"\$@\""
+else
+  mkdir -p "$work/py/nvidia/cublas/lib"
+  : >"$work/py/nvidia/cublas/__init__.py"
+  : >"$work/py/nvidia/cublas/lib/libcublas.so.13"
+  : >"$work/py/nvidia/cublas/lib/libcublasLt.so.13"
+  stub "$fake/python3" "PYTHONPATH=$work/py exec $real_py \"\$@\""
+fi
+# A cuBLAS user: fails to load, as the real one would, without cuBLAS's folder on LD_LIBRARY_PATH.
+needs_cublas=''
+[[ -f $b/cublas.txt ]] &&
+  needs_cublas='[[ ${LD_LIBRARY_PATH:-} == */nvidia/cublas/lib* ]] || { echo "$0: error while loading shared libraries: libcublas.so.13"; exit 127; }' 
 # The torch step: driver stubs and a torch_reference.py stand-in (its own checks are
 # tests/torch_reference's); "mixed": a mismatch on cuda, no torch for the CPU run.
 stub "$b/bin/dflash_ops_driver_gpu" 'exit 0'
@@ -48,7 +70,8 @@ if [[ $scenario == nodevice ]]; then
 else
   stub "$fake/nvidia-smi" 'echo "NVIDIA H200, 580.65.06, 143771 MiB"'
   stub "$b/bin/dflash_gpu_probe" 'echo "cuda runtime 13000, driver supports 13000"; echo "device 0: NVIDIA H200, sm_90, 132 SMs, 139.8 GiB"; echo "kernel ok: 64 blocks x 256 threads"'
-  stub "$b/bin/test_a" '[[ $DFLASH_REQUIRE_GPU == 1 ]] || exit 5; echo "All tests passed (12 assertions in 3 test cases)"'
+  stub "$b/bin/test_a" "$needs_cublas"'
+[[ $DFLASH_REQUIRE_GPU == 1 ]] || exit 5; echo "All tests passed (12 assertions in 3 test cases)"'
   # test_b must get its ctest arguments through tests.tsv intact.
   stub "$b/bin/test_b" '[[ $# == 3 && $1 == "[x]" && $2 == --order && $3 == decl ]] || { echo "bad args: $*"; exit 4; }
 echo "All tests passed (7 assertions in 1 test case)"'
@@ -60,9 +83,13 @@ cat >"$out" <<JSON
  {"name": "BM_pack<float>/4096/manual_time", "real_time": 100.0, "time_unit": "us", "bytes_per_second": 3.0e12},
  {"name": "BM_readback_batched", "real_time": 9.5, "time_unit": "us"}]}
 JSON'
+  # The two backends' digests differ (another forward), their layouts do not.
   results='for a; do case $prev in --results) out=$a;; --device) dev=$a;; esac; prev=$a; done
-printf "steps 300\nchecksum 0xabc\nloss_f 2.5\n" >"$out"'
-  stub "$b/bin/ex_plain" "$results"
+printf "steps 300\nchecksum 0xabc\nloss_f 2.5\nstep0_layout 0123456789abcdef\nstep0_digest %s\n" "$([[ $dev == cuda ]] && echo c0da || echo c0c0)" >"$out"
+echo "throughput: 1234 tokens/s (300 steps trained)"
+echo "target_forward.gpu            300  195.324 ms    6.511 ms    4.456 ms   13.107 ms   23.393 ms   23.393 ms    15.4"'
+  stub "$b/bin/ex_plain" "$needs_cublas
+$results"
   if [[ $scenario == mixed ]]; then
     stub "$b/bin/ex_prof" 'echo "ex_prof: error: The following argument was not expected: --results" >&2; exit 2'
   else
@@ -106,8 +133,11 @@ case $scenario in
     expect '^PASS +probe .*device 0: NVIDIA H200'
     expect '^PASS +test test_a +All tests passed \(12 assertions in 3 test cases\)'
     expect '^PASS +test test_b +All tests passed'
-    expect '^PASS +example ex_plain cuda==cpu +300 steps, seed 7: 2 exact values identical, 1 floats within rel 1e-05 / abs 1e-06'
+    expect '^PASS +example ex_plain cuda==cpu +300 steps, seed 7: 3 exact values identical, 1 floats within rel 0.0001 .*, 1 bitwise digests not compared'
     expect '^PASS +example ex_prof cuda==cpu'
+    expect '^figures +example ex_prof: tokens/s cuda 1234, cpu 1234 \(both runs at once\); target_forward.gpu cuda: 195.324 ms total = 15.4 % of wall; target_forward.gpu cpu: 195.324 ms total'
+    expect '^cuBLAS: .*/py/nvidia/cublas/lib/libcublas.so.13 and libcublasLt.so.13 \(python package nvidia.cublas\), for 2 programs: bin/ex_plain bin/test_a'
+
     expect '^PASS +torch reference: dflash_ops_driver_gpu vs torch cuda +107 cases \(90 random\), torch reference on cuda, 3.1 s; seed 5, [0-9]+ s'
     expect '^PASS +torch reference: dflash_ops_driver vs torch cpu +107 cases'
     expect '^PASS +bench BM_pack<float>/4096/manual_time +100.0 us/iter, 3000.0 GB/s = 0.75 of D2D copy \(4000.0 GB/s\)'
@@ -159,6 +189,22 @@ case $scenario in
     done
     expect '^skipped for time: racecheck test_a, racecheck test_b, synccheck test_a, synccheck test_b, initcheck test_a, initcheck test_b$'
     expect '^total: .* 2 FAIL, 0 UNSUPPORTED, 6 SKIP'
+    expect '^RESULT: FAIL$'
+    ;;
+  nocublas)
+    # Only cuBLAS's users fail, each saying why, none of them run; the others pass.
+    [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
+    expect '^cuBLAS: no libcublas.so.13 found \(python3 .import nvidia.cublas., python site-packages, ldconfig\): the 2 programs linked with it fail'
+    expect '^FAIL +test test_a +needs libcublas.so.13, not found on this machine \(see the cuBLAS line\): not run'
+    expect '^FAIL +example ex_plain cuda==cpu +needs libcublas.so.13'
+    for t in memcheck racecheck synccheck initcheck; do
+      expect "^FAIL +$t test_a +needs libcublas.so.13"
+      expect "^PASS +$t test_b"
+    done
+    expect '^PASS +test test_b'
+    expect '^PASS +example ex_prof cuda==cpu'
+    absent 'error while loading shared libraries'
+    expect '^total: .* 6 FAIL, 0 UNSUPPORTED, 0 SKIP'
     expect '^RESULT: FAIL$'
     ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;

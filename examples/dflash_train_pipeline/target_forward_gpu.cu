@@ -1,0 +1,420 @@
+// --device cuda: the target model's forward on the GPU (target_forward_gpu.hpp).
+// One step, all on the worker's stream, S packed tokens, H = hidden, F = taps * H:
+//   1. this thread: plan_target_forward (checks, packing) -> the worker's pinned
+//      block [tokens | doc | pos | dst]; one H2D copy of it
+//   2. the slot zeroed (padding rows stay 0); scan keys; x[S, H] = embedding rows
+//   3. per layer l:
+//        xT[H, S]   = x transposed (a column's tokens contiguous for the scan)
+//        runT       = InclusiveSumByKey(keys, xT): per (h, document) running sums
+//        z[S, 2H]   = [ rms(x[s]) | rms(runT[:, s] / (pos[s] + 1)) ]
+//        u[S, H]    = z W_l               (cuBLAS; W_l = [A_l; C_l], [2H, H])
+//        x         += tanh(u + b_l)
+//        tapped l:  x -> the slot's rows dst[s], columns [k H, (k + 1) H)
+// Memory: everything is allocated once, at construction: the weights, and per
+// worker a cuBLAS handle and workspace, scratch for max_tokens tokens, the
+// CUB scan's temp storage (sized for the largest scan), a pinned token block.
+// Plain cudaMalloc rather than a stream-ordered pool: the largest step is
+// known up front (--seq-len), so a fixed arena gives a steady state with no
+// allocator call at all, and no pool release threshold to tune (a pool
+// trimmed at every synchronisation would allocate again each step).
+#include "target_forward_gpu.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cuda/std/functional>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <dflash/detail/cuda_check.hpp>
+#include <dflash/device/cuda_backend.hpp>  // the one wording of "no usable CUDA device"
+
+namespace dflash_example {
+
+namespace {
+
+using dflash::detail::cuda_check;
+using dflash::detail::cuda_check_launch;
+
+void cublas_check(cublasStatus_t s, std::string_view what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  throw std::runtime_error("target_forward_gpu: " + std::string(what) + ": " + cublasGetStatusName(s) + ": " +
+                           cublasGetStatusString(s));
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("target_forward_gpu: " + what);
+}
+
+constexpr int kThreads = 256;     // elementwise kernels: grid-stride loops
+constexpr int kNormThreads = 128;  // one block per token for the two rms norms
+
+unsigned grid_for(std::size_t items) {
+  const std::size_t blocks = (items + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::clamp<std::size_t>(blocks, 1, 1u << 16));
+}
+
+// ---- kernels (n = S * H elements; index i = s * H + h unless said otherwise) ----
+
+/// keys[h * S + s] = scan_key(h, doc[s], docs) (target_forward_gpu.hpp).
+__global__ void scan_keys_kernel(const std::int32_t* doc, std::int32_t S, std::int32_t H, std::int32_t docs,
+                                 std::int32_t* keys) {
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(H);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    const auto h = static_cast<std::int32_t>(i / static_cast<std::size_t>(S));
+    const auto s = static_cast<std::int32_t>(i % static_cast<std::size_t>(S));
+    keys[i] = scan_key(h, doc[s], docs);
+  }
+}
+
+__global__ void embed_kernel(const float* embedding, const std::int32_t* tokens, std::int32_t S, std::int32_t H,
+                             float* x) {
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(H);
+  const auto hs = static_cast<std::size_t>(H);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    x[i] = embedding[static_cast<std::size_t>(tokens[i / hs]) * hs + i % hs];
+}
+
+/// xT[h * S + s] = x[s * H + h].
+__global__ void transpose_kernel(const float* x, std::int32_t S, std::int32_t H, float* xT) {
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(H);
+  const auto hs = static_cast<std::size_t>(H), ss = static_cast<std::size_t>(S);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    xT[(i % hs) * ss + i / hs] = x[i];
+}
+
+/// One block per token s: z[s, 0:H] = rms(x[s]), z[s, H:2H] = rms(runT[:, s] / (pos[s] + 1)),
+/// rms(v) = v / sqrt(mean(v^2) + eps), no gain: TargetModel's rms_norm with g = nullptr.
+__global__ void norm_inputs_kernel(const float* x, const float* runT, const std::int32_t* pos, std::int32_t S,
+                                   std::int32_t H, float eps, float* z) {
+  using reduce = cub::BlockReduce<float, kNormThreads>;
+  __shared__ typename reduce::TempStorage temp;
+  __shared__ float scale[2];
+  const auto s = static_cast<std::size_t>(blockIdx.x);
+  const auto hs = static_cast<std::size_t>(H), ss = static_cast<std::size_t>(S);
+  const float count = static_cast<float>(pos[s] + 1);
+  const float* xs = x + s * hs;
+  float sx = 0, sm = 0;
+  for (std::size_t h = threadIdx.x; h < hs; h += kNormThreads) {
+    const float m = runT[h * ss + s] / count;
+    sx += xs[h] * xs[h];
+    sm += m * m;
+  }
+  const float tx = reduce(temp).Sum(sx);
+  __syncthreads();  // temp is reused by the second reduction
+  const float tm = reduce(temp).Sum(sm);
+  if (threadIdx.x == 0) {
+    scale[0] = 1.0f / sqrtf(tx / static_cast<float>(H) + eps);
+    scale[1] = 1.0f / sqrtf(tm / static_cast<float>(H) + eps);
+  }
+  __syncthreads();
+  float* zs = z + s * 2 * hs;
+  for (std::size_t h = threadIdx.x; h < hs; h += kNormThreads) {
+    zs[h] = xs[h] * scale[0];
+    zs[hs + h] = runT[h * ss + s] / count * scale[1];
+  }
+}
+
+/// x += tanh(u + b).
+__global__ void residual_kernel(const float* u, const float* b, std::int32_t S, std::int32_t H, float* x) {
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(H);
+  const auto hs = static_cast<std::size_t>(H);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    x[i] += tanhf(u[i] + b[i % hs]);
+}
+
+/// out[dst[s] * F + column + h] = x[s * H + h]: tap k's columns of the slot's rows.
+__global__ void tap_kernel(const float* x, const std::int32_t* dst, std::int32_t S, std::int32_t H, std::int32_t F,
+                           std::int32_t column, float* out) {
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(H);
+  const auto hs = static_cast<std::size_t>(H);
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    out[static_cast<std::size_t>(dst[i / hs]) * static_cast<std::size_t>(F) + static_cast<std::size_t>(column) + i % hs] =
+        x[i];
+}
+
+template <class T>
+T* device_alloc(std::size_t count, std::string_view what) {
+  void* p = nullptr;
+  cuda_check(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)), std::string("target_forward_gpu: cudaMalloc ") += what);
+  return static_cast<T*>(p);
+}
+
+/// cuBLAS workspace: what the cuBLAS guide recommends per architecture
+/// (cublasSetWorkspace: 32 MiB on Hopper and newer, 4 MiB before).
+std::size_t workspace_bytes(int device) {
+  int major = 0;
+  cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "target_forward_gpu: cudaDeviceGetAttribute");
+  return major >= 9 ? std::size_t{32} << 20 : std::size_t{4} << 20;
+}
+
+std::size_t scan_temp_bytes(std::int32_t items) {
+  std::size_t bytes = 0;
+  cuda_check(cub::DeviceScan::InclusiveSumByKey(nullptr, bytes, static_cast<const std::int32_t*>(nullptr),
+                                                static_cast<const float*>(nullptr), static_cast<float*>(nullptr), items,
+                                                cuda::std::equal_to<>{}, cudaStream_t{}),
+             "target_forward_gpu: InclusiveSumByKey (size query)");
+  return bytes;
+}
+
+}  // namespace
+
+/// One worker's state: only its thread enqueues with it, on its stream, so
+/// its scratch is reused in stream order.
+struct worker_state {
+  cublasHandle_t blas = nullptr;
+  cudaStream_t bound = nullptr;  // the stream blas runs on (setting one resets the workspace: both are set together)
+  bool bound_once = false;
+  void* workspace = nullptr;
+  std::size_t workspace_size = 0;
+  float *x = nullptr, *xT = nullptr, *runT = nullptr, *z = nullptr, *u = nullptr;
+  std::int32_t *keys = nullptr, *ints = nullptr;  // ints: [tokens | doc | pos | dst], max_tokens each
+  void* scan_temp = nullptr;
+  std::size_t scan_temp_size = 0;
+  std::int32_t* pinned = nullptr;      // the host side of `ints`
+  cudaEvent_t inputs_copied = nullptr;  // the last H2D copy from `pinned`
+  cudaEvent_t done = nullptr;           // the last step's last work
+  bool in_flight = false;
+  target_forward_plan plan;              // host side of a step, its capacity reused
+
+  worker_state() = default;
+  worker_state(const worker_state&) = delete;
+  worker_state& operator=(const worker_state&) = delete;
+  ~worker_state() {
+    if (done) (void)cudaEventSynchronize(done);
+    if (inputs_copied) (void)cudaEventSynchronize(inputs_copied);
+    if (blas) (void)cublasDestroy(blas);
+    for (void* p : {workspace, static_cast<void*>(x), static_cast<void*>(xT), static_cast<void*>(runT),
+                    static_cast<void*>(z), static_cast<void*>(u), static_cast<void*>(keys), static_cast<void*>(ints),
+                    scan_temp})
+      if (p) (void)cudaFree(p);
+    if (pinned) (void)cudaFreeHost(pinned);
+    if (done) (void)cudaEventDestroy(done);
+    if (inputs_copied) (void)cudaEventDestroy(inputs_copied);
+  }
+};
+
+struct target_forward_gpu::impl {
+  std::int32_t vocab = 0, hidden = 0, layers = 0, feature = 0, max_tokens = 0;
+  std::vector<std::int32_t> tap_of_layer;  // [layers]: tap index, or -1
+  int device = 0;
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  float* embedding = nullptr;  // [vocab, H]
+  float* weights = nullptr;    // [layers][2H, H]
+  float* bias = nullptr;       // [layers][H]
+  std::vector<std::unique_ptr<worker_state>> workers;
+
+  impl() = default;
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
+  ~impl() {
+    workers.clear();  // waits for their last steps before the weights go
+    for (float* p : {embedding, weights, bias})
+      if (p) (void)cudaFree(p);
+  }
+};
+
+std::string target_forward_gpu::probe() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return dflash::detail::no_cuda_device_reason(e);
+  if (n == 0) return "no CUDA device found";
+  return {};
+}
+
+target_forward_gpu::target_forward_gpu(const TargetModel& model, std::int32_t max_tokens, std::size_t workers,
+                                       target_forward_gpu_options options) {
+  if (const std::string why = probe(); !why.empty()) throw std::runtime_error("target_forward_gpu: " + why);
+  require(max_tokens >= 1, "max_tokens = " + std::to_string(max_tokens) + " must be positive");
+  require(workers >= 1, "needs at least one worker");
+  const TargetConfig& cfg = model.config();
+  const std::int64_t items = std::int64_t{max_tokens} * cfg.hidden;
+  require(items <= std::numeric_limits<std::int32_t>::max() &&
+              std::int64_t{cfg.hidden} * (std::int64_t{max_tokens} + 1) <= std::numeric_limits<std::int32_t>::max(),
+          "max_tokens * hidden must stay below 2^31 (scan keys and sizes are 32-bit)");
+  auto d = std::make_unique<impl>();
+  d->vocab = cfg.vocab;
+  d->hidden = cfg.hidden;
+  d->layers = cfg.layers;
+  d->feature = model.feature_dim();
+  d->max_tokens = max_tokens;
+  d->math = options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  d->tap_of_layer.assign(static_cast<std::size_t>(cfg.layers), -1);
+  for (std::size_t k = 0; k < model.taps().size(); ++k)
+    d->tap_of_layer.at(static_cast<std::size_t>(model.taps()[k])) = static_cast<std::int32_t>(k);
+  cuda_check(cudaGetDevice(&d->device), "target_forward_gpu: cudaGetDevice");
+
+  // The weights, once (synchronous copies: construction precedes every step).
+  const auto H = static_cast<std::size_t>(cfg.hidden), L = static_cast<std::size_t>(cfg.layers);
+  d->embedding = device_alloc<float>(model.embedding().size(), "embedding");
+  cuda_check(cudaMemcpy(d->embedding, model.embedding().data(), model.embedding().size_bytes(), cudaMemcpyHostToDevice),
+             "target_forward_gpu: upload embedding");
+  std::vector<float> w, b;
+  w.reserve(L * 2 * H * H);
+  b.reserve(L * H);
+  for (std::size_t l = 0; l < L; ++l) {
+    const std::vector<float> wl = stacked_layer_weights(model, l);
+    w.insert(w.end(), wl.begin(), wl.end());
+    b.insert(b.end(), model.layer_b(l).begin(), model.layer_b(l).end());
+  }
+  d->weights = device_alloc<float>(w.size(), "weights");
+  d->bias = device_alloc<float>(b.size(), "bias");
+  cuda_check(cudaMemcpy(d->weights, w.data(), w.size() * sizeof(float), cudaMemcpyHostToDevice),
+             "target_forward_gpu: upload weights");
+  cuda_check(cudaMemcpy(d->bias, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice),
+             "target_forward_gpu: upload bias");
+
+  const std::size_t ws = workspace_bytes(d->device);
+  const auto n = static_cast<std::size_t>(items), toks = static_cast<std::size_t>(max_tokens);
+  const std::size_t scan_bytes = scan_temp_bytes(static_cast<std::int32_t>(items));
+  for (std::size_t i = 0; i < workers; ++i) {
+    auto st = std::make_unique<worker_state>();
+    cublas_check(cublasCreate(&st->blas), "cublasCreate");
+    cublas_check(cublasSetMathMode(st->blas, d->math), "cublasSetMathMode");
+    st->workspace = device_alloc<std::byte>(ws, "cuBLAS workspace");
+    st->workspace_size = ws;
+    st->x = device_alloc<float>(n, "x");
+    st->xT = device_alloc<float>(n, "xT");
+    st->runT = device_alloc<float>(n, "runT");
+    st->z = device_alloc<float>(2 * n, "z");
+    st->u = device_alloc<float>(n, "u");
+    st->keys = device_alloc<std::int32_t>(n, "keys");
+    st->ints = device_alloc<std::int32_t>(4 * toks, "token block");
+    st->scan_temp = device_alloc<std::byte>(scan_bytes, "scan temp");
+    st->scan_temp_size = scan_bytes;
+    void* p = nullptr;
+    cuda_check(cudaMallocHost(&p, 4 * toks * sizeof(std::int32_t)), "target_forward_gpu: cudaMallocHost");
+    st->pinned = static_cast<std::int32_t*>(p);
+    cuda_check(cudaEventCreateWithFlags(&st->inputs_copied, cudaEventDisableTiming), "target_forward_gpu: cudaEventCreate");
+    cuda_check(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming), "target_forward_gpu: cudaEventCreate");
+    d->workers.push_back(std::move(st));
+  }
+  impl_ = std::move(d);
+}
+
+target_forward_gpu::~target_forward_gpu() = default;
+
+std::int32_t target_forward_gpu::max_tokens() const noexcept { return impl_->max_tokens; }
+std::size_t target_forward_gpu::workers() const noexcept { return impl_->workers.size(); }
+
+void target_forward_gpu::enqueue(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
+                                 std::int32_t seq, float* out, std::size_t out_elems, void* stream, std::size_t worker) {
+  impl& d = *impl_;
+  require(worker < d.workers.size(),
+          "worker " + std::to_string(worker) + " out of range (" + std::to_string(d.workers.size()) + " workers)");
+  worker_state& st = *d.workers[worker];
+  plan_target_forward(st.plan, tokens, lengths, seq, d.vocab);
+  const target_forward_plan& plan = st.plan;
+  const std::int32_t S = plan.size(), H = d.hidden;
+  require(S <= d.max_tokens, "the step has " + std::to_string(S) + " tokens, more than max_tokens = " +
+                                 std::to_string(d.max_tokens) + " this forward was sized for");
+  const std::size_t want = plan.padded_rows() * static_cast<std::size_t>(d.feature);
+  require(out_elems == want, "out has " + std::to_string(out_elems) + " floats, expected docs * seq * feature = " +
+                                 std::to_string(want));
+  require(out != nullptr || want == 0, "out is null");
+  require(std::int64_t{H} * plan.docs <= std::numeric_limits<std::int32_t>::max(),
+          "hidden * docs must stay below 2^31 (the scan keys are 32-bit)");
+  int dev = -1;
+  cuda_check(cudaGetDevice(&dev), "target_forward_gpu: cudaGetDevice");
+  require(dev == d.device, "called on device " + std::to_string(dev) + ", the weights are on device " +
+                               std::to_string(d.device));
+  const auto s = static_cast<cudaStream_t>(stream);
+  const auto toks = static_cast<std::size_t>(S);
+  const std::size_t n = toks * static_cast<std::size_t>(H);
+  std::size_t scan_bytes = 0;  // a host-side query: what this step's scans need of the storage sized at construction
+  if (toks) {
+    cuda_check(cub::DeviceScan::InclusiveSumByKey(nullptr, scan_bytes, st.keys, st.xT, st.runT,
+                                                  static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
+               "target_forward_gpu: InclusiveSumByKey (size query)");
+    if (scan_bytes > st.scan_temp_size)
+      throw std::logic_error("target_forward_gpu: the scan needs " + std::to_string(scan_bytes) +
+                             " bytes of temp storage, more than the " + std::to_string(st.scan_temp_size) +
+                             " sized for max_tokens");
+  }
+
+  // 1. The pinned block: its previous copy must have left it (a step ago).
+  if (st.in_flight) cuda_check(cudaEventSynchronize(st.inputs_copied), "target_forward_gpu: cudaEventSynchronize");
+  std::int32_t* const pin = st.pinned;
+  if (toks) {
+    std::memcpy(pin, plan.tokens.data(), toks * sizeof(std::int32_t));
+    std::memcpy(pin + toks, plan.doc.data(), toks * sizeof(std::int32_t));
+    std::memcpy(pin + 2 * toks, plan.pos.data(), toks * sizeof(std::int32_t));
+    std::memcpy(pin + 3 * toks, plan.dst.data(), toks * sizeof(std::int32_t));
+  }
+  // A different stream than last time must not overtake this worker's last step on its scratch.
+  cuda_check(cudaStreamWaitEvent(s, st.done, 0), "target_forward_gpu: cudaStreamWaitEvent");
+  if (!st.bound_once || st.bound != s) {
+    // cublasSetStream resets the workspace to cuBLAS's default pool: ours is set after it, every time.
+    cublas_check(cublasSetStream(st.blas, s), "cublasSetStream");
+    cublas_check(cublasSetWorkspace(st.blas, st.workspace, st.workspace_size), "cublasSetWorkspace");
+    st.bound = s;
+    st.bound_once = true;
+  }
+  try {
+    if (toks) {
+      cuda_check(cudaMemcpyAsync(st.ints, pin, 4 * toks * sizeof(std::int32_t), cudaMemcpyHostToDevice, s),
+                 "target_forward_gpu: token upload");
+      cuda_check(cudaEventRecord(st.inputs_copied, s), "target_forward_gpu: cudaEventRecord");
+      st.in_flight = true;
+    }
+    // 2. Padding rows are 0; every real row is written by the taps below.
+    if (want) cuda_check(cudaMemsetAsync(out, 0, want * sizeof(float), s), "target_forward_gpu: cudaMemsetAsync");
+    if (toks) {
+      const std::int32_t* tok = st.ints;
+      const std::int32_t* doc = st.ints + toks;
+      const std::int32_t* pos = st.ints + 2 * toks;
+      const std::int32_t* dst = st.ints + 3 * toks;
+      const unsigned grid = grid_for(n);
+      scan_keys_kernel<<<grid, kThreads, 0, s>>>(doc, S, H, plan.docs, st.keys);
+      cuda_check_launch("target_forward_gpu: scan keys");
+      embed_kernel<<<grid, kThreads, 0, s>>>(d.embedding, tok, S, H, st.x);
+      cuda_check_launch("target_forward_gpu: embedding");
+      const auto Hs = static_cast<std::size_t>(H);
+      for (std::int32_t l = 0; l < d.layers; ++l) {
+        const auto ls = static_cast<std::size_t>(l);
+        transpose_kernel<<<grid, kThreads, 0, s>>>(st.x, S, H, st.xT);
+        cuda_check_launch("target_forward_gpu: transpose");
+        cuda_check(cub::DeviceScan::InclusiveSumByKey(st.scan_temp, scan_bytes, st.keys, st.xT, st.runT,
+                                                      static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
+                   "target_forward_gpu: InclusiveSumByKey");
+        norm_inputs_kernel<<<static_cast<unsigned>(S), kNormThreads, 0, s>>>(st.x, st.runT, pos, S, H,
+                                                                              static_cast<float>(detail::kRmsEps), st.z);
+        cuda_check_launch("target_forward_gpu: rms norms");
+        // u = z W_l, row-major: u [S, H], z [S, 2H], W_l [2H, H]. cuBLAS is
+        // column-major, and a row-major [r, c] matrix is the column-major
+        // [c, r] one (its transpose) with leading dimension c. So we ask for
+        // u^T = W_l^T z^T, every operand as stored (CUBLAS_OP_N twice):
+        //   m = H (rows of u^T), n = S (its columns), k = 2H (the shared dimension);
+        //   A = W_l read column-major: H x 2H, lda = H;
+        //   B = z   read column-major: 2H x S, ldb = 2H;
+        //   C = u   read column-major: H x S,  ldc = H.
+        const float one = 1.0f, zero = 0.0f;
+        cublas_check(cublasSgemm(st.blas, CUBLAS_OP_N, CUBLAS_OP_N, H, S, 2 * H, &one, d.weights + ls * 2 * Hs * Hs, H,
+                                 st.z, 2 * H, &zero, st.u, H),
+                     "cublasSgemm");
+        residual_kernel<<<grid, kThreads, 0, s>>>(st.u, d.bias + ls * Hs, S, H, st.x);
+        cuda_check_launch("target_forward_gpu: residual");
+        if (const std::int32_t k = d.tap_of_layer[ls]; k >= 0) {
+          tap_kernel<<<grid, kThreads, 0, s>>>(st.x, dst, S, H, d.feature, k * H, out);
+          cuda_check_launch("target_forward_gpu: tap");
+        }
+      }
+    }
+  } catch (...) {
+    // Whatever was enqueued: the next step on this worker (and the destructor) waits for it.
+    (void)cudaEventRecord(st.done, s);
+    throw;
+  }
+  cuda_check(cudaEventRecord(st.done, s), "target_forward_gpu: cudaEventRecord");
+}
+
+}  // namespace dflash_example
