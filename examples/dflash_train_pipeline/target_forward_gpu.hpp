@@ -50,27 +50,27 @@ inline void plan_target_forward(target_forward_plan& p, std::span<const std::int
                                 std::span<const std::int32_t> lengths, std::int32_t seq, std::int32_t vocab) {
   constexpr std::string_view op = "target_forward_gpu";
   constexpr auto most = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
-  detail::require(seq >= 0, op, "seq = " + std::to_string(seq) + " is negative");
-  detail::require(lengths.size() <= most, op, "too many documents");
+  checks.require(seq >= 0, op, "seq = " + std::to_string(seq) + " is negative");
+  checks.require(lengths.size() <= most, op, "too many documents");
   for (auto* v : {&p.tokens, &p.doc, &p.pos, &p.dst}) v->clear();
   p.docs = static_cast<std::int32_t>(lengths.size());
   p.seq = seq;
-  detail::require_size(tokens.size(), p.padded_rows(), op, "tokens");
+  checks.require_size(tokens.size(), p.padded_rows(), op, "tokens");
   std::size_t total = 0;
   for (std::size_t d = 0; d < lengths.size(); ++d) {
-    detail::require(lengths[d] >= 0 && lengths[d] <= seq, op,
+    checks.require(lengths[d] >= 0 && lengths[d] <= seq, op,
                     "lengths[" + std::to_string(d) + "] = " + std::to_string(lengths[d]) + " is not in [0, seq = " +
                         std::to_string(seq) + "]");
     total += detail::sz(lengths[d]);
   }
-  detail::require(total <= most && p.padded_rows() <= most, op, "the step has more than 2^31 - 1 rows");
+  checks.require(total <= most && p.padded_rows() <= most, op, "the step has more than 2^31 - 1 rows");
   for (auto* v : {&p.tokens, &p.doc, &p.pos, &p.dst}) v->reserve(total);
   for (std::int32_t d = 0; d < p.docs; ++d) {
     for (std::int32_t t = 0; t < lengths[detail::sz(d)]; ++t) {
       const std::int32_t row = d * seq + t;
       const std::int32_t tok = tokens[detail::sz(row)];
       if (tok < 0 || tok >= vocab)
-        detail::fail(op, "token " + std::to_string(tok) + " is outside [0, vocab = " + std::to_string(vocab) + ")");
+        checks.fail(op, "token " + std::to_string(tok) + " is outside [0, vocab = " + std::to_string(vocab) + ")");
       p.tokens.push_back(tok);
       p.doc.push_back(d);
       p.pos.push_back(t);

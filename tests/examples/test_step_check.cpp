@@ -3,7 +3,7 @@
 // sums cover the hidden states; lines come out by step, then the loss curve.
 #include <catch2/catch.hpp>
 
-#include "stages.hpp"
+#include "payloads.hpp"
 #include "step_check.hpp"
 
 #include <sstream>

@@ -4,7 +4,8 @@
 // if every check held on this rank.
 
 #include <dflash/device/host_stream_backend.hpp>
-#include <dflash/dflash.hpp>
+#include <dflash/pipeline.hpp>
+#include <dflash/profile.hpp>
 #include <dflash/mpi.hpp>
 #include <dflash/mpi/net_link.hpp>
 
