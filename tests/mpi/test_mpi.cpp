@@ -1028,6 +1028,43 @@ int wire_checks() {
     std::memcpy(in[i].data, bufs[i].data, bufs[i].bytes);
   }
   CHECK(dst.rank == 3 && dst.seq == 7 && blob_ok(dst));
+  // One message (the job's FINAL, PROFILE): round-trips; sizes that do not add up to the
+  // bytes after the header are rejected before anything is allocated.
+  const auto packed = dflash::mpi::wire_pack(src);
+  CHECK(packed.size() == 32 + src.f.size() * sizeof(float) + src.u.size());
+  blob one;
+  dflash::mpi::wire_unpack(one, packed.data(), packed.size());
+  CHECK(one.rank == 3 && one.seq == 7 && blob_ok(one));
+  auto unpack_rejects = [&](std::size_t bytes, const char* what) {
+    blob b;
+    bool threw = false;
+    try {
+      dflash::mpi::wire_unpack(b, packed.data(), bytes);
+    } catch (const std::runtime_error& e) {
+      threw = std::string(e.what()).find(what) != std::string::npos;
+      if (!threw) std::fprintf(stderr, "unexpected message: %s\n", e.what());
+    }
+    CHECK(threw);
+    CHECK(b.f.capacity() == 0 && b.u.capacity() == 0);
+  };
+  unpack_rejects(packed.size() - 1, "shorter than its header says");
+  unpack_rejects(31, "its header alone needs 32");
+  {
+    auto longer = packed;
+    longer.push_back(std::byte{0});
+    blob b;
+    bool threw = false;
+    try {
+      dflash::mpi::wire_unpack(b, longer.data(), longer.size());
+    } catch (const std::runtime_error& e) {
+      threw = std::string(e.what()).find("1 bytes more than its header says") != std::string::npos;
+    }
+    CHECK(threw);
+  }
+  dflash::mpi::final_message fin{{'o', 'k'}, {1, 2, 3}}, fin2;
+  const auto fb = dflash::mpi::wire_pack(fin);
+  dflash::mpi::wire_unpack(fin2, fb.data(), fb.size());
+  CHECK(fin2.error == fin.error && fin2.snapshot == fin.snapshot);
   return g_failures;
 }
 
