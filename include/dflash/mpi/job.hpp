@@ -211,6 +211,9 @@ class job {
   void stop_all() noexcept { stop_requested_.store(true, std::memory_order_release); }
   /// Periodic snapshots this rank has sent to rank 0 (rank 0: reports made).
   [[nodiscard]] std::uint64_t periodic_reports() const noexcept { return periodic_.load(std::memory_order_acquire); }
+  /// Passes the progress thread made over its phases (an idle job makes few:
+  /// see progress_waker).
+  [[nodiscard]] std::uint64_t progress_passes() const noexcept { return passes_.load(std::memory_order_relaxed); }
   /// A STOP was seen (from this rank or another).
   [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
 
@@ -385,8 +388,15 @@ class job {
       busy |= send_final(s);
       busy |= rank() == 0 ? collect_finals_and_bye(s) : await_bye(s);
       if (s.done) return;
-      waker_.after_pass(busy);
+      passes_.fetch_add(1, std::memory_order_relaxed);
+      waker_.after_pass(busy, in_flight());
     }
+  }
+
+  bool in_flight() {
+    if (!owned_.empty()) return true;
+    std::lock_guard lk(ch_m_);
+    return std::any_of(channels_.begin(), channels_.end(), [](const auto& c) { return c->in_flight(); });
   }
 
   // 1. STOP from another rank.
@@ -575,7 +585,7 @@ class job {
   std::mutex state_m_;
   std::string error_;
   std::atomic<bool> stop_requested_{false}, stopped_{false}, finish_sending_{false}, finish_requested_{false};
-  std::atomic<std::uint64_t> periodic_{0};
+  std::atomic<std::uint64_t> periodic_{0}, passes_{0};
 
   progress_waker waker_;
 
