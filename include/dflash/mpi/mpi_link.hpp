@@ -29,8 +29,8 @@
 //   so buffers at most Depth items per producer. A producer sends each item
 //   to the consumer with the fewest of its items in flight.
 // * Exactly once: every item goes to one consumer and is delivered once.
-// * Close: when a producer rank's pipeline ends normally (job::run) it sends
-//   FIN to every consumer after its last item; a consumer's source returns
+// * Close: when a producer rank's pipeline ends normally (job::run), or it
+//   calls close(), it sends FIN to every consumer after its last item; a consumer's source returns
 //   "exhausted" once every producer's FIN and item has arrived.
 // * Stop / error: job stops (see job.hpp) wake blocked sink / source calls,
 //   which end their pipeline with dflash::pipeline_stop.
