@@ -20,7 +20,7 @@ class channel {
   /// Every send of this rank on the link has completed (matched).
   virtual bool quiescent() = 0;
   /// MPI requests of this link are in flight here (sends or receives not
-  /// complete): the progress thread keeps polling often (see progress_waker).
+  /// complete): the progress thread keeps polling (see progress_waker).
   virtual bool in_flight() = 0;
   /// First tag of the three the link uses (must be equal on every rank).
   virtual int tag_base() const = 0;

@@ -33,7 +33,9 @@
 //   calls close(), it sends FIN to every consumer after its last item; a consumer's source returns
 //   "exhausted" once every producer's FIN and item has arrived.
 // * Stop / error: job stops (see job.hpp) wake blocked sink / source calls,
-//   which end their pipeline with dflash::pipeline_stop.
+//   which end their pipeline with dflash::pipeline_stop. Code on top of the
+//   endpoints raises them with job::fail(reason) (an error rank 0 reports)
+//   or job::stop_all() (a stop without error); both reach every rank.
 // * Keys: "<Name>.push_wait" (sink blocked for a credit), "<Name>.pop_wait"
 //   (source blocked for an item), plus the stages' own "<Name>.send.*" /
 //   "<Name>.recv.*".
@@ -353,9 +355,9 @@ class link_core final : public channel {
 
   bool progress_producer() {
     MPI_Comm c = job_.comm();
-    bool busy = receive_credits(c);
-    busy |= post_batches(c);
-    // completed sends: their items go back to the producer for reuse (or go)
+    bool busy = false;
+    // completed sends first: their items go back to the producer for reuse (or go), so
+    // a sink woken by the credits below finds them in take_sent()
     for (auto it = sends_.begin(); it != sends_.end();) {
       if (test_all(it->reqs)) {
         std::lock_guard lk(m_);
@@ -368,6 +370,8 @@ class link_core final : public channel {
         ++it;
       }
     }
+    busy |= receive_credits(c);
+    busy |= post_batches(c);
     // FIN after the last item (same tag, so it cannot overtake the headers)
     bool fin_now = false;
     {
@@ -516,18 +520,21 @@ class link_core final : public channel {
       post_receives(r);
       busy = true;
     }
-    // complete items go to the source stage, in arrival order per producer
+    // complete items go to the source stage, in arrival order per producer (one lock and
+    // one notification for all of them)
     std::fill(blocked.begin(), blocked.end(), false);
+    std::unique_lock deliver(m_, std::defer_lock);
+    bool delivered = false;
     for (auto it = recvs_.begin(); it != recvs_.end();) {
       auto&& blk = blocked[static_cast<std::size_t>(it->src)];
       if (!blk && it->posted && (it->reqs.empty() || test_all(it->reqs))) {
-        std::lock_guard lk(m_);
+        if (!deliver.owns_lock()) deliver.lock();
         if (it->rejected) {
           --buffered_[static_cast<std::size_t>(it->src)];
           ++stats_.rejected;
         } else {
           inbox_.emplace_back(std::move(it->item), it->src);
-          cv_.notify_all();
+          delivered = true;
         }
         it = recvs_.erase(it);
         busy = true;
@@ -536,6 +543,8 @@ class link_core final : public channel {
         ++it;
       }
     }
+    if (delivered) cv_.notify_all();
+    if (deliver.owns_lock()) deliver.unlock();
     // credits for what the source stage took, in batches
     std::vector<std::pair<int, std::uint64_t>> due;
     {

@@ -6,8 +6,9 @@
 // also wakes on a local condition), so the thread never sleeps for long; but
 // an idle job must not burn a core either. So after a pass that did nothing:
 //   * a burst of passes that only yield (work usually comes back within µs);
-//   * then, while MPI requests of this rank are in flight (a transfer the
-//     peers need this rank's progress for), short naps;
+//   * while MPI requests of this rank are in flight (a transfer that needs
+//     this rank's progress calls to move, and that the peer's progress
+//     thread completes promptly), only yields;
 //   * otherwise naps that double up to max_nap: an idle job costs a few
 //     hundred passes a second, and a remote STOP waits at most about max_nap.
 // Any pass that did something, and any wake() (a link handing over an item
@@ -56,8 +57,7 @@ class progress_waker {
 
   /// The policy: how long the n-th idle pass in a row waits (0: it only yields).
   static constexpr std::chrono::microseconds wait_after(int n, bool in_flight) noexcept {
-    if (n <= yield_passes) return std::chrono::microseconds{0};
-    if (in_flight) return min_nap;
+    if (n <= yield_passes || in_flight) return std::chrono::microseconds{0};
     const int doublings = std::min(n - yield_passes - 1, 16);
     return std::min(min_nap * (std::int64_t{1} << doublings), max_nap);
   }
