@@ -65,6 +65,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -127,7 +128,7 @@ class link_core final : public channel {
       lk.unlock();
       job_.wake();  // poll for credits at full speed while blocked
       lk.lock();
-      cv_.wait(lk, [&] { return in_flight_ < Depth || stopped_; });
+      wait_for(lk, [&] { return in_flight_ < Depth || stopped_; });
     }
     if (stopped_) throw pipeline_stop{};
     ++in_flight_;
@@ -163,7 +164,7 @@ class link_core final : public channel {
       lk.unlock();
       job_.wake();  // poll for items at full speed while blocked
       lk.lock();
-      cv_.wait(lk, [&] { return !inbox_.empty() || closed_ || stopped_; });
+      wait_for(lk, [&] { return !inbox_.empty() || closed_ || stopped_; });
     }
     if (stopped_) throw pipeline_stop{};
     if (inbox_.empty()) return std::nullopt;  // closed
@@ -273,6 +274,19 @@ class link_core final : public channel {
     if (header > (wire_max_buffer_bytes - 8) / Depth - 2 * sizeof(frame_word))
       throw std::length_error(link_name() + ": an item's header is over 2 GiB / Depth (MPI's int count limit)");
   }
+  // Yields a little before it sleeps: within a credit window the progress
+  // thread usually answers in a few µs, less than a futex sleep and wake-up.
+  template <class Pred>
+  void wait_for(std::unique_lock<std::mutex>& lk, Pred ready) {
+    for (int i = 0; i < spin_yields && !ready(); ++i) {
+      lk.unlock();
+      std::this_thread::yield();
+      lk.lock();
+    }
+    cv_.wait(lk, ready);
+  }
+  static constexpr int spin_yields = 64;
+
   static bool test_all(std::vector<MPI_Request>& reqs) {
     int done = 0;
     check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
