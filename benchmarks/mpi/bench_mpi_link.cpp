@@ -1,7 +1,8 @@
 // mpi_link throughput next to raw MPI_Send/MPI_Recv of the same bytes, in the
-// same run: rounds interleaved (raw, link, raw, link, ...), median and
-// [min..max] over rounds of items/s and bytes/s, and the link/raw ratio per
-// round pair. Rank 0 sends, rank 1 receives; a round is timed on the receiver
+// same run: rounds interleaved (raw, link, raw xN, raw, link, raw xN, ...),
+// median and [min..max] over rounds of items/s and bytes/s, and the link/raw
+// ratios per round. "raw" sends one buffer again and again; "raw xN" cycles
+// through 2 x Depth buffers, as many as the link's items cycle through. Rank 0 sends, rank 1 receives; a round is timed on the receiver
 // between two barriers. Then the CPU an idle job burns: both ranks sleep 1 s
 // with the job started and its links attached; process CPU time over that
 // second, as a share of one core.
@@ -66,10 +67,15 @@ stats summarize(std::vector<double> v) {
   return {v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2, v.front(), v.back()};
 }
 
-double raw_round(int rank, std::size_t bytes, int n, std::vector<std::uint8_t>& buf) {
+// One buffer again and again (MPI's best case), or `bufs` buffers in turn: the
+// link cycles through that many (Depth in flight, up to Depth kept for reuse on
+// each side), and OpenMPI's shared-memory transfers are much slower over many
+// large buffers than over one.
+double raw_round(int rank, std::size_t bytes, int n, std::vector<std::vector<std::uint8_t>>& bufs) {
   MPI_Barrier(MPI_COMM_WORLD);
   const auto t0 = clock_type::now();
   for (int i = 0; i < n; ++i) {
+    auto& buf = bufs[static_cast<std::size_t>(i) % bufs.size()];
     if (rank == 0) MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, 1, 7, MPI_COMM_WORLD);
     else MPI_Recv(buf.data(), static_cast<int>(bytes), MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   }
@@ -116,25 +122,36 @@ double link_round(int rank, Link& link, int n, Make make) {
 template <class Link, class Make>
 void compare(const char* what, dflash::mpi::job& job, Link& link, std::size_t bytes, int n, int rounds, Make make) {
   const int rank = job.rank();
-  std::vector<std::uint8_t> buf(bytes, 1);
-  std::vector<double> raw, lnk, ratio;
+  std::vector<std::vector<std::uint8_t>> one(1, std::vector<std::uint8_t>(bytes, 1));
+  std::vector<std::vector<std::uint8_t>> many(2 * Link::depth, std::vector<std::uint8_t>(bytes, 1));
+  std::vector<double> raw, raw_many, lnk, ratio, ratio_many;
   link_round(rank, link, std::max(1, n / 10), make);  // warm-up: connections, allocations
-  raw_round(rank, bytes, std::max(1, n / 10), buf);
+  raw_round(rank, bytes, std::max(1, n / 10), one);
+  raw_round(rank, bytes, std::max(1, n / 10), many);
   for (int r = 0; r < rounds; ++r) {
-    const double a = raw_round(rank, bytes, n, buf);
+    const double a = raw_round(rank, bytes, n, one);
     const double b = link_round(rank, link, n, make);
+    const double c = raw_round(rank, bytes, n, many);
     raw.push_back(n / a);
     lnk.push_back(n / b);
-    ratio.push_back(a / b);  // link throughput / raw throughput, same round pair
+    raw_many.push_back(n / c);
+    ratio.push_back(a / b);  // link throughput / raw throughput, same round
+    ratio_many.push_back(c / b);
   }
   if (rank != 1) return;  // the receiver timed it
-  const auto R = summarize(raw), L = summarize(lnk), Q = summarize(ratio);
   const double gb = static_cast<double>(bytes) / 1e9;
-  std::printf("%-22s raw  %10.0f items/s [%.0f..%.0f]  %7.3f GB/s [%.3f..%.3f]\n", what, R.median, R.lo, R.hi,
-              R.median * gb, R.lo * gb, R.hi * gb);
-  std::printf("%-22s link %10.0f items/s [%.0f..%.0f]  %7.3f GB/s [%.3f..%.3f]\n", what, L.median, L.lo, L.hi,
-              L.median * gb, L.lo * gb, L.hi * gb);
-  std::printf("%-22s link/raw %.2f [%.2f..%.2f] (per round pair)\n", what, Q.median, Q.lo, Q.hi);
+  auto line = [&](const char* who, const std::vector<double>& v) {
+    const auto S = summarize(v);
+    std::printf("%-22s %-9s %10.0f items/s [%.0f..%.0f]  %7.3f GB/s [%.3f..%.3f]\n", what, who, S.median, S.lo,
+                S.hi, S.median * gb, S.lo * gb, S.hi * gb);
+  };
+  line("raw", raw);
+  const std::string many_label = "raw x" + std::to_string(many.size());
+  line(many_label.c_str(), raw_many);
+  line("link", lnk);
+  const auto Q = summarize(ratio), M = summarize(ratio_many);
+  std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)\n", what, Q.median, Q.lo,
+              Q.hi, many.size(), M.median, M.lo, M.hi);
   std::fflush(stdout);
 }
 
