@@ -512,7 +512,7 @@ int batches(int argc, char** argv) {
     opt.report_interval = 2ms;
     opt.on_report = [&job](const dflash::mpi::job_profile&) {
       if (!g_link_queued || job.stopped()) return;
-      const auto until = std::chrono::steady_clock::now() + 5ms;  // bounded: near the end fewer are left
+      const auto until = std::chrono::steady_clock::now() + 20ms;  // bounded: near the end fewer are left
       while (g_link_queued() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
     };
   }
