@@ -69,8 +69,9 @@ stats summarize(std::vector<double> v) {
 
 // One buffer again and again (MPI's best case), or `bufs` buffers in turn: the
 // link cycles through that many (Depth in flight, up to Depth kept for reuse on
-// each side), and OpenMPI's shared-memory transfers are much slower over many
-// large buffers than over one.
+// each side), and a copy between many large buffers misses the CPU caches that
+// one reused buffer per side stays in (OpenMPI's shared-memory transfer is a
+// process_vm_readv copy here).
 double raw_round(int rank, std::size_t bytes, int n, std::vector<std::vector<std::uint8_t>>& bufs) {
   MPI_Barrier(MPI_COMM_WORLD);
   const auto t0 = clock_type::now();
