@@ -1,14 +1,26 @@
 // mpi_link throughput next to raw MPI_Send/MPI_Recv of the same bytes, in the
-// same run: rounds interleaved (raw, link, raw, link, ...), median and spread.
-// Rank 0 sends, rank 1 receives; a round is timed on the receiver between two
-// barriers. Usage: mpirun -np 2 bench_mpi_link [rounds=7]
+// same run: rounds interleaved (raw, link, raw xN, raw, link, raw xN, ...),
+// median and [min..max] over rounds of items/s and bytes/s, and the link/raw
+// ratios per round. "raw" sends one buffer again and again; "raw xN" cycles
+// through 2 x Depth buffers, as many as the link's items cycle through. Rank 0 sends, rank 1 receives; a round is timed on the receiver
+// between two barriers. Then the CPU an idle job burns: both ranks sleep 1 s
+// with the job started and its links attached; process CPU time over that
+// second, as a share of one core.
+//
+// Usage: mpirun -np 2 bench_mpi_link [rounds=11]
+//
+// Like for like: the raw loop sends one buffer again and again, so the link's
+// producer reuses the items whose send completed (take_sent) and its consumer
+// gives each item back (recycle): neither side allocates or copies a payload
+// per item in either loop.
 //
 // The program initialises MPI with MPI_THREAD_MULTIPLE so that its raw rounds
-// (main thread) may run while the job's progress thread exists (it is idle
-// then, polling every 0.2 ms).
+// (main thread) may run while the job's progress thread exists.
 
 #include <dflash/dflash.hpp>
 #include <dflash/mpi.hpp>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
@@ -16,15 +28,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
 
-struct small_item {  // 64 bytes, trivially copyable: one message per item
+struct small_item {  // 64 bytes, trivially copyable: the item is its header
   std::array<std::uint64_t, 8> w{};
 };
-struct big_item {  // one 1 MiB buffer by pointer and size, plus a header field
+struct big_item {  // one buffer by pointer and size, plus a header field
   std::uint64_t seq = 0;
   std::vector<std::uint8_t> bytes;
 };
@@ -42,7 +56,7 @@ struct dflash::mpi::wire<big_item> {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-constexpr std::size_t depth = 8;
+constexpr std::size_t depth = 8;  // the depth the example uses for its hs_net link
 
 struct stats {
   double median, lo, hi;
@@ -53,10 +67,16 @@ stats summarize(std::vector<double> v) {
   return {v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2, v.front(), v.back()};
 }
 
-double raw_round(int rank, std::size_t bytes, int n, std::vector<std::uint8_t>& buf) {
+// One buffer again and again (MPI's best case), or `bufs` buffers in turn: the
+// link cycles through that many (Depth in flight, up to Depth kept for reuse on
+// each side), and a copy between many large buffers misses the CPU caches that
+// one reused buffer per side stays in (OpenMPI's shared-memory transfer is a
+// process_vm_readv copy here).
+double raw_round(int rank, std::size_t bytes, int n, std::vector<std::vector<std::uint8_t>>& bufs) {
   MPI_Barrier(MPI_COMM_WORLD);
   const auto t0 = clock_type::now();
   for (int i = 0; i < n; ++i) {
+    auto& buf = bufs[static_cast<std::size_t>(i) % bufs.size()];
     if (rank == 0) MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, 1, 7, MPI_COMM_WORLD);
     else MPI_Recv(buf.data(), static_cast<int>(bytes), MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   }
@@ -65,14 +85,35 @@ double raw_round(int rank, std::size_t bytes, int n, std::vector<std::uint8_t>& 
   return s;
 }
 
+// An item to send: one whose send completed if the link gives it back, else a new one.
+template <class Link, class Make>
+typename Link::value_type next_item(Link& link, Make& make, int i) {
+  if constexpr (requires { link.take_sent(); }) {
+    if (auto x = link.take_sent()) return make(std::move(*x), i);
+  }
+  return make(typename Link::value_type{}, i);
+}
+
+template <class Link>
+void drop_sent(Link& link) {
+  if constexpr (requires { link.take_sent(); })
+    while (link.take_sent()) {
+    }
+}
+
 template <class Link, class Make>
 double link_round(int rank, Link& link, int n, Make make) {
   dflash::NullProfiler np;
   MPI_Barrier(MPI_COMM_WORLD);
   const auto t0 = clock_type::now();
   for (int i = 0; i < n; ++i) {
-    if (rank == 0) link.send(make(i), np);
-    else if (!link.receive(np)) std::abort();
+    if (rank == 0) {
+      link.send(next_item(link, make, i), np);
+    } else {
+      auto x = link.receive(np);
+      if (!x) std::abort();
+      if constexpr (requires { link.recycle(std::move(*x)); }) link.recycle(std::move(*x));
+    }
   }
   const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
   MPI_Barrier(MPI_COMM_WORLD);
@@ -82,24 +123,51 @@ double link_round(int rank, Link& link, int n, Make make) {
 template <class Link, class Make>
 void compare(const char* what, dflash::mpi::job& job, Link& link, std::size_t bytes, int n, int rounds, Make make) {
   const int rank = job.rank();
-  std::vector<std::uint8_t> buf(bytes, 1);
-  std::vector<double> raw, lnk, ratio;
+  std::vector<std::vector<std::uint8_t>> one(1, std::vector<std::uint8_t>(bytes, 1));
+  std::vector<std::vector<std::uint8_t>> many(2 * Link::depth, std::vector<std::uint8_t>(bytes, 1));
+  std::vector<double> raw, raw_many, lnk, ratio, ratio_many;
   link_round(rank, link, std::max(1, n / 10), make);  // warm-up: connections, allocations
-  raw_round(rank, bytes, std::max(1, n / 10), buf);
+  raw_round(rank, bytes, std::max(1, n / 10), one);
+  raw_round(rank, bytes, std::max(1, n / 10), many);
   for (int r = 0; r < rounds; ++r) {
-    const double a = raw_round(rank, bytes, n, buf);
+    const double a = raw_round(rank, bytes, n, one);
     const double b = link_round(rank, link, n, make);
+    const double c = raw_round(rank, bytes, n, many);
     raw.push_back(n / a);
     lnk.push_back(n / b);
-    ratio.push_back(a / b);  // link throughput / raw throughput, same round pair
+    raw_many.push_back(n / c);
+    ratio.push_back(a / b);  // link throughput / raw throughput, same round
+    ratio_many.push_back(c / b);
   }
   if (rank != 1) return;  // the receiver timed it
-  const auto R = summarize(raw), L = summarize(lnk), Q = summarize(ratio);
   const double gb = static_cast<double>(bytes) / 1e9;
-  std::printf("%-21s raw  %11.0f items/s [%.0f..%.0f]  %7.3f GB/s\n", what, R.median, R.lo, R.hi, R.median * gb);
-  std::printf("%-21s link %11.0f items/s [%.0f..%.0f]  %7.3f GB/s\n", what, L.median, L.lo, L.hi, L.median * gb);
-  std::printf("%-21s link/raw %.2f (per-round-pair median; spread %.2f..%.2f)\n", what, Q.median, Q.lo, Q.hi);
+  auto line = [&](const char* who, const std::vector<double>& v) {
+    const auto S = summarize(v);
+    std::printf("%-22s %-9s %10.0f items/s [%.0f..%.0f]  %7.3f GB/s [%.3f..%.3f]\n", what, who, S.median, S.lo,
+                S.hi, S.median * gb, S.lo * gb, S.hi * gb);
+  };
+  line("raw", raw);
+  const std::string many_label = "raw x" + std::to_string(many.size());
+  line(many_label.c_str(), raw_many);
+  line("link", lnk);
+  const auto Q = summarize(ratio), M = summarize(ratio_many);
+  std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)\n", what, Q.median, Q.lo,
+              Q.hi, many.size(), M.median, M.lo, M.hi);
   std::fflush(stdout);
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](timeval t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string s;
+  std::getline(f, s);
+  return s;
 }
 
 }  // namespace
@@ -115,7 +183,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  int rounds = 7;
+  int rounds = 11;
   if (argc > 1) {
     char* end = nullptr;
     const long v = std::strtol(argv[1], &end, 10);
@@ -134,22 +202,34 @@ int main(int argc, char** argv) {
     dflash::mpi::mpi_link<big_item, "bench_big", depth> big(job, {0}, {1});
     if (job.rank() == 1)
       std::printf("mpi_link (progress thread) vs MPI_Send/MPI_Recv, 2 ranks, %d interleaved rounds, "
-                  "median [min..max]\n", rounds);
-    auto make_small = [](int i) {
-      small_item s;
+                  "median [min..max]; load average at start: %s\n",
+                  rounds, load_average().c_str());
+    auto make_small = [](small_item s, int i) {
       s.w[0] = static_cast<std::uint64_t>(i);
       return s;
     };
-    compare("64 B items, depth 8", job, small, sizeof(small_item), 20000, rounds, make_small);
-    compare("64 B items, depth 64", job, small64, sizeof(small_item), 20000, rounds, make_small);
-    constexpr std::size_t mib = 1 << 20;
-    std::vector<std::uint8_t> payload(mib, 7);
-    compare("1 MiB items, depth 8", job, big, mib, 200, rounds, [&](int i) {
-      big_item b;  // the copy is the producer's work, as a stage making a new item; timed in the link rounds
-      b.seq = static_cast<std::uint64_t>(i);
-      b.bytes = payload;
-      return b;
-    });
+    compare("64 B items, depth 8", job, small, sizeof(small_item), 100000, rounds, make_small);
+    compare("64 B items, depth 64", job, small64, sizeof(small_item), 100000, rounds, make_small);
+    for (const auto [bytes, n, label] : {std::tuple{std::size_t{1} << 20, 1000, "1 MiB items, depth 8"},
+                                         std::tuple{std::size_t{64} << 20, 24, "64 MiB items, depth 8"}}) {
+      compare(label, job, big, bytes, n, rounds, [bytes](big_item b, int i) {
+        b.seq = static_cast<std::uint64_t>(i);
+        b.bytes.resize(bytes, 7);  // a reused item already has it: no work
+        return b;
+      });
+      drop_sent(big);  // the next size starts afresh
+    }
+    // Idle: the job started, links attached, nothing sent.
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double c0 = process_cpu_seconds();
+    const auto t0 = clock_type::now();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const double share = (process_cpu_seconds() - c0) / std::chrono::duration<double>(clock_type::now() - t0).count();
+    double shares[2] = {0, 0};
+    MPI_Gather(&share, 1, MPI_DOUBLE, shares, 1, MPI_DOUBLE, 1, MPI_COMM_WORLD);
+    if (job.rank() == 1)
+      std::printf("idle job, 1 s: process CPU %.2f %% (rank 0), %.2f %% (rank 1) of one core; load average at end: %s\n",
+                  100 * shares[0], 100 * shares[1], load_average().c_str());
     (void)job.finish();
   }
   MPI_Finalize();

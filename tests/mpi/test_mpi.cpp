@@ -109,6 +109,7 @@ struct sized {
   std::vector<lazy_byte> v;
 };
 std::function<std::uint64_t()> g_link_received;  // the current run_link's consumer count
+std::function<std::uint64_t()> g_link_queued;    // the current run_link's items not yet posted
 std::size_t (*g_sized_bytes)(int rank, int seq) = [](int, int) -> std::size_t { return 0; };
 
 }  // namespace
@@ -259,6 +260,7 @@ link_run<T> run_link(dflash::mpi::job& job, const std::vector<int>& producers, c
   job.start(prof, std::move(opt));
   link_t<T> link(job, producers, consumers);
   g_link_received = [&link] { return link.stats().received; };
+  g_link_queued = [&link] { return link.stats().queued; };
   link_run<T> out;
   if (link.is_producer()) {
     typename S::template producer<typename S::profiler> p(prof, gen_source<typename S::profiler, T>{&cfg, job.rank()},
@@ -274,6 +276,7 @@ link_run<T> run_link(dflash::mpi::job& job, const std::vector<int>& producers, c
   out.result = job.finish();
   out.stats = link.stats();
   g_link_received = nullptr;
+  g_link_queued = nullptr;
   return out;
 }
 
@@ -493,6 +496,89 @@ int credit_batches(int argc, char** argv) {
     std::printf("largest credit batch: %llu\n", static_cast<unsigned long long>(r.stats.max_credit_batch));
     CHECK(r.stats.max_credit_batch >= 2);  // the test exercised batches
   }
+  return g_failures;
+}
+
+// Aggregation: the producer's progress thread is held (rank 0's on_report runs
+// there) until the sink has handed over at least two items; they must then go
+// as one header message (one message per item fails here).
+int batches(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  const int items = 400;
+  run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 0, 0};
+  dflash::mpi::job_options opt;
+  if (g_rank == 0) {
+    opt.report_interval = 2ms;
+    opt.on_report = [&job](const dflash::mpi::job_profile&) {
+      if (!g_link_queued || job.stopped()) return;
+      const auto until = std::chrono::steady_clock::now() + 20ms;  // bounded: near the end fewer are left
+      while (g_link_queued() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    };
+  }
+  auto r = run_link<tick>(job, {0}, {1}, cfg, ccfg, std::move(opt));
+  CHECK(r.ran_ok);
+  CHECK(r.result.ok);
+  CHECK(r.bad == 0);
+  check_exactly_once(r, {0}, items);
+  check_credits(r, {0}, {1}, items);
+  if (g_rank == 0) {
+    std::printf("largest batch: %llu items\n", static_cast<unsigned long long>(r.stats.max_batch));
+    CHECK(r.stats.max_batch >= 2);
+    CHECK(r.stats.max_batch <= depth);  // never more than the credit window
+  }
+  return g_failures;
+}
+
+// Reuse and close without a pipeline: the producer refills the items whose
+// send completed (take_sent) and closes; the consumer gives every item back
+// (recycle), so the vectors it receives into come from a few allocations, not
+// one per item. Contents and order are checked item by item.
+int reuse(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  job.start();
+  link_t<blob> link(job, {0}, {1});
+  dflash::NullProfiler np;
+  const int items = 300;
+  if (g_rank == 0) {
+    int reused = 0;
+    for (int i = 0; i < items; ++i) {
+      blob b = make_blob(0, i);
+      if (auto old = link.take_sent()) {
+        ++reused;
+        CHECK(old->rank == 0 && old->seq < i && blob_ok(*old));  // a sent item, intact
+        old->f.assign(b.f.begin(), b.f.end());  // refill the old vectors (sizes differ per item)
+        old->u.assign(b.u.begin(), b.u.end());
+        old->seq = b.seq;
+        old->scale = b.scale;
+        b = std::move(*old);
+      }
+      link.send(std::move(b), np);
+    }
+    std::printf("producer reused %d of %d items\n", reused, items);
+    CHECK(reused > 0);
+    link.close();
+    bool threw = false;
+    try {
+      link.send(make_blob(0, items), np);
+    } catch (const std::logic_error&) {
+      threw = true;
+    }
+    CHECK(threw);  // send after close
+  } else {
+    int n = 0, roomy = 0;
+    while (auto b = link.receive(np)) {
+      CHECK(b->seq == n && blob_ok(*b));
+      roomy += b->f.capacity() > b->f.size();  // a fresh vector sized on receipt has no spare room
+      ++n;
+      link.recycle(std::move(*b));
+    }
+    CHECK(n == items);
+    std::printf("consumer: %d of %d items arrived in recycled vectors with room to spare\n", roomy, n);
+    CHECK(roomy > 0);
+  }
+  CHECK(job.finish().ok);
   return g_failures;
 }
 
@@ -1028,6 +1114,72 @@ int wire_checks() {
     std::memcpy(in[i].data, bufs[i].data, bufs[i].bytes);
   }
   CHECK(dst.rank == 3 && dst.seq == 7 && blob_ok(dst));
+  // One message (the job's FINAL, PROFILE): round-trips; sizes that do not add up to the
+  // bytes after the header are rejected before anything is allocated.
+  const auto packed = dflash::mpi::wire_pack(src);
+  CHECK(packed.size() == 32 + src.f.size() * sizeof(float) + src.u.size());
+  blob one;
+  dflash::mpi::wire_unpack(one, packed.data(), packed.size());
+  CHECK(one.rank == 3 && one.seq == 7 && blob_ok(one));
+  auto unpack_rejects = [&](std::size_t bytes, const char* what) {
+    blob b;
+    bool threw = false;
+    try {
+      dflash::mpi::wire_unpack(b, packed.data(), bytes);
+    } catch (const std::runtime_error& e) {
+      threw = std::string(e.what()).find(what) != std::string::npos;
+      if (!threw) std::fprintf(stderr, "unexpected message: %s\n", e.what());
+    }
+    CHECK(threw);
+    CHECK(b.f.capacity() == 0 && b.u.capacity() == 0);
+  };
+  unpack_rejects(packed.size() - 1, "shorter than its header says");
+  unpack_rejects(31, "its header alone needs 32");
+  {
+    auto longer = packed;
+    longer.push_back(std::byte{0});
+    blob b;
+    bool threw = false;
+    try {
+      dflash::mpi::wire_unpack(b, longer.data(), longer.size());
+    } catch (const std::runtime_error& e) {
+      threw = std::string(e.what()).find("1 bytes more than its header says") != std::string::npos;
+    }
+    CHECK(threw);
+  }
+  dflash::mpi::final_message fin{{'o', 'k'}, {1, 2, 3}}, fin2;
+  const auto fb = dflash::mpi::wire_pack(fin);
+  dflash::mpi::wire_unpack(fin2, fb.data(), fb.size());
+  CHECK(fin2.error == fin.error && fin2.snapshot == fin.snapshot);
+  return g_failures;
+}
+
+// An idle job does not spin: the progress thread's waits after idle passes
+// grow to progress_waker::max_nap (unless MPI requests are in flight), and an
+// idle 2-rank job with a link attached makes a few hundred passes a second,
+// not thousands (a thread that yields or naps 0.1 ms per pass makes > 5000).
+int idle(int argc, char** argv) {
+  using w = dflash::mpi::progress_waker;
+  using us = std::chrono::microseconds;
+  CHECK(w::wait_after(1, false) == us{0});
+  CHECK(w::wait_after(w::yield_passes, false) == us{0});
+  CHECK(w::wait_after(w::yield_passes + 1, false) == w::min_nap);
+  CHECK(w::wait_after(w::yield_passes + 2, false) == 2 * w::min_nap);
+  CHECK(w::wait_after(w::yield_passes + 1000, false) == w::max_nap);
+  CHECK(w::wait_after(w::yield_passes + 1000, true) == us{0});  // a transfer in flight: keep polling
+  CHECK(w::max_nap >= us{5000});
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  job.start();
+  dflash::mpi::mpi_link<tick, "net", depth> link(job, {0}, {1});
+  std::this_thread::sleep_for(100ms);  // past the first ramp
+  const auto p0 = job.progress_passes();
+  std::this_thread::sleep_for(1s);
+  const auto passes = job.progress_passes() - p0;
+  std::printf("rank %d: %llu progress passes in 1 s idle\n", g_rank, static_cast<unsigned long long>(passes));
+  CHECK(passes < 500);
+  CHECK(passes > 0);  // it still polls (a remote STOP must be seen)
+  CHECK(job.finish().ok);
   return g_failures;
 }
 
@@ -1062,6 +1214,9 @@ int main(int argc, char** argv) {
   watchdog wd("test_mpi " + mode, 15s);
   try {
     if (mode == "wire") return wire_checks();
+    if (mode == "idle") return idle(argc, argv);
+    if (mode == "batches") return batches(argc, argv);
+    if (mode == "reuse") return reuse(argc, argv);
     if (mode == "stress") return stress(argc, argv);
     if (mode == "oversize") return oversize(argc, argv);
     if (mode == "layout_mismatch") return layout_mismatch(argc, argv);

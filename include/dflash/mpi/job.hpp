@@ -8,15 +8,20 @@
 //   job.run(pipeline);                        // run + join; an error or early stop stops every rank
 //   auto r = job.finish();                    // rank 0: r.profile has every rank's snapshot
 //
+// The parts, one header each: runtime.hpp (MPI start-up, the communicator),
+// key_agreement.hpp (start()'s collective), control_messages.hpp (STOP,
+// PROFILE, FINAL, BYE), owned_sends.hpp, progress_waker.hpp, channel.hpp
+// (what a link does on the progress thread). This header composes them and
+// runs the progress loop as named phases (see loop()).
+//
 // Threading: after start(), every MPI call of this process is made by the
 // job's progress thread (links hand items to it through mutex-guarded
 // queues), and before start() / after finish() by the calling thread, never
-// at once. So MPI_THREAD_SERIALIZED is enough. We do not ask for
-// MPI_THREAD_MULTIPLE: many MPI builds (and network transports) lack it or
-// serialise it with a global lock anyway, and one thread polling with
-// MPI_Iprobe/MPI_Test is also what lets a blocked rank notice a remote stop.
-// If the program initialised MPI itself with MPI_THREAD_MULTIPLE it may keep
-// making its own MPI calls concurrently (the benchmark does).
+// at once: MPI_THREAD_SERIALIZED is enough (see runtime.hpp). One thread
+// polling with MPI_Iprobe/MPI_Test is also what lets a blocked rank notice a
+// remote stop. If the program initialised MPI itself with
+// MPI_THREAD_MULTIPLE it may keep making its own MPI calls concurrently (the
+// benchmark does).
 //
 // Stop: when the local pipeline is cancelled (a stage threw, or a stage ended
 // it with dflash::pipeline_stop) the progress thread sees it within a poll
@@ -55,15 +60,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
-#include <deque>
 #include <exception>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -74,37 +75,16 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/mpi/channel.hpp"
+#include "dflash/mpi/control_messages.hpp"
 #include "dflash/mpi/job_profile.hpp"
+#include "dflash/mpi/key_agreement.hpp"
+#include "dflash/mpi/owned_sends.hpp"
+#include "dflash/mpi/progress_waker.hpp"
+#include "dflash/mpi/runtime.hpp"
 #include "dflash/profile/stats.hpp"
 
 namespace dflash::mpi {
-
-inline void check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char s[MPI_MAX_ERROR_STRING];
-  int n = 0;
-  MPI_Error_string(rc, s, &n);
-  throw std::runtime_error(std::string("dflash::mpi: ") + what + " failed: " + std::string(s, static_cast<std::size_t>(n)));
-}
-
-/// What a link does on the progress thread. Every member is called there only.
-class channel {
- public:
-  virtual ~channel() = default;
-  /// Post / complete sends and receives; true if anything happened.
-  virtual bool progress() = 0;
-  /// The job stopped: wake blocked senders and receivers (they end their stage).
-  virtual void on_stop() = 0;
-  /// This rank's pipeline ended normally: producers tell consumers (FIN).
-  /// Returns true if that end is premature for the link (a consumer that
-  /// stopped taking items before every producer finished): the job then
-  /// stops every rank, as producers would otherwise wait for credits forever.
-  virtual bool finish_sending() = 0;
-  /// Every send of this rank on the link has completed (matched).
-  virtual bool quiescent() = 0;
-  /// First tag of the three the link uses (must be equal on every rank).
-  virtual int tag_base() const = 0;
-};
 
 struct job_options {
   /// Every rank sends its snapshot to rank 0 this often (0: only the final one),
@@ -126,25 +106,7 @@ class job {
  public:
   /// Initialises MPI (MPI_THREAD_SERIALIZED), or checks the level of an MPI
   /// the program initialised already (then the program finalises it).
-  job(int& argc, char**& argv) {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    int provided = 0;
-    if (!inited) {
-      check(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
-      owns_mpi_ = true;
-    } else {
-      MPI_Query_thread(&provided);
-    }
-    if (provided < MPI_THREAD_SERIALIZED) {
-      if (owns_mpi_) MPI_Finalize();
-      throw std::runtime_error("dflash::mpi::job: MPI provides thread level " + std::to_string(provided) +
-                               ", the job needs MPI_THREAD_SERIALIZED (its progress thread makes the MPI calls)");
-    }
-    multiple_ = provided >= MPI_THREAD_MULTIPLE;
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");  // our tags never meet the program's
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
+  job(int& argc, char**& argv) : rt_(argc, argv) {
     job* none = nullptr;
     current_.compare_exchange_strong(none, this, std::memory_order_acq_rel);
   }
@@ -157,7 +119,7 @@ class job {
   /// past the job), finishes with an error so that the other ranks stop and do
   /// not wait for this one; no snapshot is taken (the profiler may be gone).
   ~job() {
-    if (!start_collective_done_) {
+    if (!voted_) {
       try {
         std::string why;
         {
@@ -165,7 +127,7 @@ class job {
           why = error_;
         }
         if (why.empty()) why = "its job was destroyed before start() (an exception, or it returned early)";
-        (void)start_collective(std::move(why), true);
+        vote({true, std::move(why), 0});
       } catch (...) {
       }
     } else if (thread_.joinable() && !finished_) {
@@ -176,11 +138,9 @@ class job {
       }
     }
     if (thread_.joinable()) thread_.join();
-    channels_.clear();
+    channels_.clear();  // before rt_ frees the communicator and finalises MPI
     job* self = this;
     current_.compare_exchange_strong(self, nullptr, std::memory_order_acq_rel);
-    MPI_Comm_free(&comm_);
-    if (owns_mpi_) MPI_Finalize();
   }
 
   /// The job of this process (MPI is one per process), or null: what a
@@ -188,9 +148,9 @@ class job {
   /// while none exists.
   [[nodiscard]] static job* current() noexcept { return current_.load(std::memory_order_acquire); }
 
-  [[nodiscard]] int rank() const noexcept { return rank_; }
-  [[nodiscard]] int size() const noexcept { return size_; }
-  [[nodiscard]] MPI_Comm comm() const noexcept { return comm_; }
+  [[nodiscard]] int rank() const noexcept { return rt_.rank(); }
+  [[nodiscard]] int size() const noexcept { return rt_.size(); }
+  [[nodiscard]] MPI_Comm comm() const noexcept { return rt_.comm(); }
 
   /// Collective: checks that every rank's profiler has the same key set (else
   /// every rank throws std::runtime_error naming the first differing key),
@@ -261,6 +221,9 @@ class job {
   void stop_all() noexcept { stop_requested_.store(true, std::memory_order_release); }
   /// Periodic snapshots this rank has sent to rank 0 (rank 0: reports made).
   [[nodiscard]] std::uint64_t periodic_reports() const noexcept { return periodic_.load(std::memory_order_acquire); }
+  /// Passes the progress thread made over its phases (an idle job makes few:
+  /// see progress_waker).
+  [[nodiscard]] std::uint64_t progress_passes() const noexcept { return passes_.load(std::memory_order_relaxed); }
   /// A STOP was seen (from this rank or another).
   [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
 
@@ -276,13 +239,7 @@ class job {
   // ---- for links ------------------------------------------------------------
   /// A link has work for the progress thread (an item to send, a credit to
   /// return): wake it now rather than at its next poll.
-  void wake() noexcept {
-    wake_.store(true);  // seq_cst with sleeping_: the thread either sees wake_ or is told
-    if (sleeping_.load()) {
-      std::lock_guard lk(wake_m_);
-      wake_cv_.notify_one();
-    }
-  }
+  void wake() noexcept { waker_.wake(); }
   /// The job co-owns every link's MPI state (a link destroyed before finish()
   /// leaves it to the job, which completes its requests).
   void attach(std::shared_ptr<channel> c) {
@@ -315,22 +272,14 @@ class job {
     std::lock_guard lk(ch_m_);
     std::erase_if(channels_, [c](const auto& o) { return o.get() == c; });
   }
-  /// An MPI_Issend whose buffer the job keeps until it completes.
-  void post_owned(std::vector<std::byte> bytes, int dest, int tag) {
-    owned_.emplace_back();
-    auto& o = owned_.back();
-    o.bytes = std::move(bytes);
-    check(MPI_Issend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, dest, tag, comm_, &o.req),
-          "MPI_Issend");
-  }
+  /// Progress thread only: an MPI_Issend whose buffer the job keeps until it
+  /// completes (FINAL waits for it).
+  void post_owned(std::vector<std::byte> bytes, int dest, int tag) { owned_.post(std::move(bytes), dest, tag, comm()); }
 
-  static constexpr int tag_stop = 1, tag_profile = 2, tag_final = 3, tag_bye = 4, tag_links = 100;
+  static constexpr int tag_links = dflash::mpi::tag_links;  ///< links' tags start here
 
  private:
-  struct owned_send {
-    std::vector<std::byte> bytes;
-    MPI_Request req = MPI_REQUEST_NULL;
-  };
+  using clock = std::chrono::steady_clock;
 
   // While one exists, the progress thread may snapshot the profiler and call on_report.
   struct profiler_window {
@@ -353,8 +302,8 @@ class job {
     thread_.join();
     job_result r;
     r.ok = bye_ok_;
-    if (rank_ == 0) {
-      for (int i = 0; i < size_; ++i)
+    if (rank() == 0) {
+      for (int i = 0; i < size(); ++i)
         if (!final_.errors[static_cast<std::size_t>(i)].empty())
           r.error += (r.error.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + ": " +
                      final_.errors[static_cast<std::size_t>(i)];
@@ -366,64 +315,30 @@ class job {
     return r;
   }
 
-  // The first collective of start(), also made by a rank leaving before start()
-  // (~job): each rank says whether it starts, and its key-set hash. Returns the
-  // hashes if every rank starts; otherwise every starting rank throws, naming
-  // the ranks that left and why.
-  std::vector<std::uint64_t> start_collective(std::string leaving_reason, bool leaving) {
-    start_collective_done_ = true;
-    const std::uint64_t mine[2] = {leaving ? 1u : 0u, leaving ? 0u : key_hash_};
-    std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size_));
-    check(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm_), "MPI_Allgather");
-    bool any = false;
-    for (int r = 0; r < size_; ++r) any |= all[2 * static_cast<std::size_t>(r)] != 0;
-    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(size_));
-    for (int r = 0; r < size_; ++r) hashes[static_cast<std::size_t>(r)] = all[2 * static_cast<std::size_t>(r) + 1];
-    if (!any) return hashes;
-    const auto why = gather_strings(leaving ? leaving_reason : std::string());
-    if (leaving) return {};
-    std::string msg = "dflash::mpi::job::start(): the job cannot start:";
-    for (int r = 0; r < size_; ++r)
-      if (all[2 * static_cast<std::size_t>(r)] != 0)
-        msg += " rank " + std::to_string(r) + " left before start(): " + why[static_cast<std::size_t>(r)] + ".";
-    throw std::runtime_error(msg);
-  }
-  // Collective: every rank's string.
-  std::vector<std::string> gather_strings(const std::string& s) {
-    const int len = static_cast<int>(s.size());
-    std::vector<int> lens(static_cast<std::size_t>(size_)), offs(static_cast<std::size_t>(size_));
-    check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_), "MPI_Allgather");
-    int total = 0;
-    for (int i = 0; i < size_; ++i) offs[static_cast<std::size_t>(i)] = std::exchange(total, total + lens[static_cast<std::size_t>(i)]);
-    std::string every(static_cast<std::size_t>(total), '\0');
-    check(MPI_Allgatherv(s.data(), len, MPI_CHAR, every.data(), lens.data(), offs.data(), MPI_CHAR, comm_),
-          "MPI_Allgatherv");
-    std::vector<std::string> out;
-    for (int r = 0; r < size_; ++r)
-      out.push_back(every.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(r)]),
-                                 static_cast<std::size_t>(lens[static_cast<std::size_t>(r)])));
-    return out;
+  std::vector<std::uint64_t> vote(const start_vote& v) {
+    voted_ = true;
+    return agree_to_start(comm(), size(), v);
   }
 
   void start_impl(std::vector<std::string> names, job_options opt) {
-    if (start_collective_done_) throw std::logic_error("dflash::mpi::job::start(): called twice");
+    if (voted_) throw std::logic_error("dflash::mpi::job::start(): called twice");
     if (opt.report_interval.count() < 0) {
       // Local bad input: the other ranks are entering the collective; fail start() there too.
       const std::string why = "job_options::report_interval must not be negative";
-      (void)start_collective(why, true);
+      (void)vote({true, why, 0});
       throw std::invalid_argument("dflash::mpi::job: " + why);
     }
-    key_hash_ = key_set_hash(names);
-    check_key_sets(names, start_collective({}, false));
+    check_key_sets(comm(), size(), names, vote({false, {}, key_set_hash(names)}));
     names_ = std::move(names);
     opt_ = std::move(opt);
     if (!opt_.on_report) opt_.on_report = [](const job_profile& j) {
       std::fputs(format_job_table(j).c_str(), stdout);
       std::fflush(stdout);
     };
-    latest_.ranks.assign(static_cast<std::size_t>(size_), {});
-    latest_.heard.assign(static_cast<std::size_t>(size_), false);
-    latest_.errors.assign(static_cast<std::size_t>(size_), {});
+    const auto n = static_cast<std::size_t>(size());
+    latest_.ranks.assign(n, {});
+    latest_.heard.assign(n, false);
+    latest_.errors.assign(n, {});
     final_ = latest_;
     thread_ = std::thread([this] {
       try {
@@ -436,71 +351,6 @@ class job {
     });
   }
 
-  // Collective, before the progress thread exists: the hashes (from
-  // start_collective), then the names of every rank when they differ (so the
-  // message can name the key).
-  void check_key_sets(const std::vector<std::string>& names, const std::vector<std::uint64_t>& all) {
-    if (std::all_of(all.begin(), all.end(), [&](auto x) { return x == all[0]; })) return;
-    std::string joined;
-    for (const auto& n : names) joined += n + '\n';
-    const auto every = gather_strings(joined);
-    auto split = [&](int r) {
-      std::vector<std::string> v;
-      std::string cur;
-      for (char c : every[static_cast<std::size_t>(r)]) {
-        if (c == '\n') v.push_back(std::exchange(cur, {}));
-        else cur += c;
-      }
-      return v;
-    };
-    const auto ref = split(0);
-    std::string msg = "dflash::mpi::job: the ranks' profilers have different key sets (every rank must use the "
-                      "same profiler type; use one key set covering every rank's pipeline):";
-    for (int r = 1; r < size_; ++r) {
-      if (all[static_cast<std::size_t>(r)] == all[0]) continue;
-      const auto v = split(r);
-      std::size_t i = 0;
-      while (i < v.size() && i < ref.size() && v[i] == ref[i]) ++i;
-      msg += " rank " + std::to_string(r) + " has " + std::to_string(v.size()) + " keys, rank 0 has " +
-             std::to_string(ref.size()) + "; first difference at key " + std::to_string(i) + " (rank " +
-             std::to_string(r) + ": '" + (i < v.size() ? v[i] : "<none>") + "', rank 0: '" +
-             (i < ref.size() ? ref[i] : "<none>") + "').";
-    }
-    throw std::runtime_error(msg);
-  }
-
-  // ---- the progress thread ------------------------------------------------------
-  bool probe(int source, int tag, MPI_Status& st) {
-    int flag = 0;
-    check(MPI_Iprobe(source, tag, comm_, &flag, &st), "MPI_Iprobe");
-    return flag != 0;
-  }
-  std::vector<std::byte> recv_probed(const MPI_Status& st, int tag) {
-    int n = 0;
-    MPI_Get_count(&st, MPI_BYTE, &n);
-    std::vector<std::byte> b(static_cast<std::size_t>(n));
-    check(MPI_Recv(b.data(), n, MPI_BYTE, st.MPI_SOURCE, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
-    return b;
-  }
-  bool complete_owned() {
-    bool any = false;
-    for (auto it = owned_.begin(); it != owned_.end();) {
-      int done = 0;
-      check(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) {
-        it = owned_.erase(it);
-        any = true;
-      } else {
-        ++it;
-      }
-    }
-    return any;
-  }
-  static std::vector<std::byte> to_bytes(const std::vector<std::uint64_t>& w) {
-    std::vector<std::byte> b(w.size() * sizeof(std::uint64_t));
-    std::memcpy(b.data(), w.data(), b.size());
-    return b;
-  }
   // Only with the window lock held and a window open (see profiler_window).
   profile_snapshot snapshot() const {
     if (snap_) return snap_();
@@ -512,9 +362,9 @@ class job {
     std::fprintf(stderr,
                  "dflash::mpi: rank %d: the MPI progress thread failed: %s; aborting the job (MPI_Abort) so that no "
                  "rank waits for this one\n",
-                 rank_, what);
+                 rank(), what);
     std::fflush(stderr);
-    MPI_Abort(comm_, 1);
+    MPI_Abort(comm(), 1);
     std::abort();
   }
   void enter_stop() {
@@ -525,196 +375,218 @@ class job {
     if (stop_hook_) stop_hook_();
   }
 
+  // ---- the progress thread: one pass = every phase once ---------------------
+  // What the loop carries from pass to pass (progress thread only).
+  struct loop_state {
+    clock::time_point next_report;
+    bool stop_sent = false;   // STOP went to every other rank
+    bool links_told = false;  // links were told this rank's pipeline ended (FIN)
+    bool final_sent = false;  // this rank's FINAL is out (rank 0: recorded)
+    int finals = 0;           // rank 0: FINALs recorded, its own included
+    bool bye_sent = false;    // rank 0
+    bool done = false;        // leave the loop
+  };
+
   void loop() {
-    using clock = std::chrono::steady_clock;
-    auto next_report = clock::now() + opt_.report_interval;
-    bool stop_sent = false, final_sent = false, final_done = false, bye_sent = false;
-    int finals = 0, idle = 0;
-    bool fin_done = false;
+    loop_state s{clock::now() + opt_.report_interval};
     for (;;) {
-      bool busy = false;
-      MPI_Status st;
-      // 1. STOP from another rank, or a local stop / cancelled pipeline
-      while (probe(MPI_ANY_SOURCE, tag_stop, st)) {
-        (void)recv_probed(st, tag_stop);
-        enter_stop();
-        busy = true;
-      }
-      // Never after our FINAL: a rank leaves once it has BYE, without draining STOPs, so a
-      // STOP posted then might never be matched (and we would wait for it forever). One
-      // posted before FINAL is matched before it (FINAL waits for every send of ours),
-      // and the receiver is still in its loop then (BYE needs every FINAL).
-      if (!stop_sent && !final_sent) {
-        bool local = stop_requested_.load(std::memory_order_acquire);
-        if (!local) {
-          std::lock_guard lk(hook_m_);
-          local = cancelled_hook_ && cancelled_hook_();
-        }
-        if (local || (stopped_.load(std::memory_order_acquire) && !stop_sent)) {
-          // Tell everyone (a rank that saw STOP forwards nothing: it was told by the origin,
-          // but sending again is harmless and covers a stop raised here at the same time).
-          for (int r = 0; r < size_; ++r)
-            if (r != rank_) post_owned(std::vector<std::byte>(1), r, tag_stop);
-          stop_sent = true;
-          enter_stop();
-          busy = true;
-        }
-      }
-      // 2. links
-      {
-        std::lock_guard lk(ch_m_);
-        if (!fin_done && finish_sending_.load(std::memory_order_acquire)) {
-          for (const auto& c : channels_)
-            if (c->finish_sending()) stop_requested_.store(true, std::memory_order_release);
-          fin_done = true;
-        }
-        for (const auto& c : channels_) busy |= c->progress();
-      }
-      busy |= complete_owned();
-      // 3. profiles: periodic ones to rank 0, which reports them
-      const bool finishing = finish_requested_.load(std::memory_order_acquire);
-      if (opt_.report_interval.count() > 0 && !finishing && clock::now() >= next_report) {
-        next_report += opt_.report_interval;
-        std::unique_lock wl(window_m_, std::try_to_lock);  // a run() or finish() ending: skip this one
-        if (wl.owns_lock() && window_users_ > 0) {
-          if (rank_ == 0) {
-            latest_.ranks[0] = snapshot();
-            latest_.heard[0] = true;
-            try {
-              opt_.on_report(latest_);
-            } catch (const std::exception& e) {
-              fail(std::string("job_options::on_report threw: ") + e.what());
-            } catch (...) {
-              fail("job_options::on_report threw");
-            }
-          } else {
-            post_owned(to_bytes(encode_snapshot(snapshot())), 0, tag_profile);
-          }
-          periodic_.fetch_add(1, std::memory_order_acq_rel);
-        }
-      }
-      if (rank_ == 0) {
-        while (probe(MPI_ANY_SOURCE, tag_profile, st)) {
-          const auto b = recv_probed(st, tag_profile);
-          const auto r = static_cast<std::size_t>(st.MPI_SOURCE);
-          try {
-            latest_.ranks[r] = decode_snapshot(reinterpret_cast<const std::uint64_t*>(b.data()), b.size() / 8, names_);
-            latest_.heard[r] = true;
-          } catch (const std::exception& e) {
-            fail("from rank " + std::to_string(r) + ": " + e.what());
-          }
-          busy = true;
-        }
-      }
-      // 4. the end: FINAL (status + snapshot) once every send of ours completed
-      // A stop requested here (a stage that threw just before finish(), ~job's fail()) goes
-      // out before FINAL: after FINAL no STOP is sent (see 1.).
-      const bool stop_pending = !stop_sent && stop_requested_.load(std::memory_order_acquire);
-      if (finishing && !final_sent && !stop_pending) {
-        bool quiet = owned_.empty();
-        if (quiet) {
-          std::lock_guard lk(ch_m_);
-          for (const auto& c : channels_) quiet = quiet && c->quiescent();
-        }
-        if (quiet) {
-          std::string err;
-          {
-            std::lock_guard lk(state_m_);
-            err = error_;
-          }
-          // The final snapshot only from an explicit finish(): in ~job the profiler may be gone.
-          std::optional<profile_snapshot> snap;
-          {
-            std::lock_guard wl(window_m_);
-            if (window_users_ > 0) snap = snapshot();
-          }
-          if (rank_ == 0) {
-            if (snap) final_.ranks[0] = std::move(*snap);
-            final_.heard[0] = snap.has_value();
-            final_.errors[0] = err;
-            ++finals;
-          } else {
-            const auto words = snap ? encode_snapshot(*snap) : std::vector<std::uint64_t>{};
-            std::vector<std::byte> b(8 + err.size() + words.size() * 8);
-            const std::uint64_t n = err.size();
-            std::memcpy(b.data(), &n, 8);
-            std::memcpy(b.data() + 8, err.data(), err.size());
-            if (!words.empty()) std::memcpy(b.data() + 8 + err.size(), words.data(), words.size() * 8);
-            post_owned(std::move(b), 0, tag_final);
-          }
-          final_sent = true;
-          busy = true;
-        }
-      }
-      if (rank_ == 0) {
-        while (probe(MPI_ANY_SOURCE, tag_final, st)) {
-          const auto b = recv_probed(st, tag_final);
-          const auto r = static_cast<std::size_t>(st.MPI_SOURCE);
-          ++finals;  // counted whatever it holds: rank r has ended its part
-          busy = true;
-          std::uint64_t n = 0;
-          if (b.size() >= 8) std::memcpy(&n, b.data(), 8);
-          if (b.size() < 8 || b.size() - 8 < n || (b.size() - 8 - n) % 8) {
-            final_.errors[r] = "malformed FINAL message";
-            continue;
-          }
-          final_.errors[r].assign(reinterpret_cast<const char*>(b.data() + 8), n);
-          std::vector<std::uint64_t> w((b.size() - 8 - n) / 8);
-          if (w.empty()) continue;  // no snapshot (that rank's ~job finished it)
-          std::memcpy(w.data(), b.data() + 8 + n, w.size() * 8);
-          try {
-            final_.ranks[r] = decode_snapshot(w.data(), w.size(), names_);
-            final_.heard[r] = true;
-          } catch (const std::exception& e) {
-            final_.errors[r] += std::string(final_.errors[r].empty() ? "" : "; ") + e.what();
-          }
-        }
-        if (finals == size_ && !bye_sent) {
-          bye_ok_ = std::all_of(final_.errors.begin(), final_.errors.end(), [](const auto& e) { return e.empty(); });
-          for (int r = 1; r < size_; ++r) post_owned(std::vector<std::byte>(1, std::byte{bye_ok_}), r, tag_bye);
-          bye_sent = true;
-        }
-        if (bye_sent && owned_.empty()) final_done = true;
-      } else if (final_sent && owned_.empty() && probe(0, tag_bye, st)) {
-        const auto b = recv_probed(st, tag_bye);
-        bye_ok_ = !b.empty() && b[0] != std::byte{0};
-        final_done = true;
-      }
-      if (final_done) return;
-      // Idle: yield a while, then sleep until a link hands over work (wake()) or
-      // 0.1 ms passed: incoming messages are only seen by polling, so the
-      // sleep stays short (a remote STOP waits at most ~0.1 ms here).
-      if (busy || wake_.exchange(false, std::memory_order_acq_rel)) {
-        idle = 0;
-      } else if (++idle > 200) {
-        std::unique_lock lk(wake_m_);
-        sleeping_.store(true);
-        wake_cv_.wait_for(lk, std::chrono::microseconds(100), [&] { return wake_.load(); });
-        sleeping_.store(false);
-      } else {
-        std::this_thread::yield();
-      }
+      bool busy = receive_stops();
+      busy |= send_stop(s);
+      busy |= drive_links(s);
+      busy |= send_periodic_report(s);
+      if (rank() == 0) busy |= receive_reports();
+      busy |= send_final(s);
+      busy |= rank() == 0 ? collect_finals_and_bye(s) : await_bye(s);
+      if (s.done) return;
+      passes_.fetch_add(1, std::memory_order_relaxed);
+      waker_.after_pass(busy, in_flight());
     }
   }
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1;
-  inline static std::atomic<job*> current_{nullptr};
-  bool owns_mpi_ = false, multiple_ = false;
+  bool in_flight() {
+    if (!owned_.empty()) return true;
+    std::lock_guard lk(ch_m_);
+    return std::any_of(channels_.begin(), channels_.end(), [](const auto& c) { return c->in_flight(); });
+  }
+
+  // 1. STOP from another rank.
+  bool receive_stops() {
+    bool any = false;
+    while (try_receive(comm(), MPI_ANY_SOURCE, tag_stop)) {
+      enter_stop();
+      any = true;
+    }
+    return any;
+  }
+  // 2. A local stop (stop_all(), a cancelled pipeline, a STOP seen) goes to every rank, once.
+  // Never after our FINAL: a rank leaves once it has BYE, without draining STOPs, so a
+  // STOP posted then might never be matched (and we would wait for it forever). One
+  // posted before FINAL is matched before it (FINAL waits for every send of ours),
+  // and the receiver is still in its loop then (BYE needs every FINAL).
+  bool send_stop(loop_state& s) {
+    if (s.stop_sent || s.final_sent) return false;
+    bool local = stop_requested_.load(std::memory_order_acquire) || stopped_.load(std::memory_order_acquire);
+    if (!local) {
+      std::lock_guard lk(hook_m_);
+      local = cancelled_hook_ && cancelled_hook_();
+    }
+    if (!local) return false;
+    // A rank that saw STOP sends it again: harmless, and covers a stop raised here at the same time.
+    for (int r = 0; r < size(); ++r)
+      if (r != rank()) owned_.post_message(stop_message{}, r, tag_stop, comm());
+    s.stop_sent = true;
+    enter_stop();
+    return true;
+  }
+  // 3. The links' sends and receives, and FIN once this rank's pipeline ended.
+  bool drive_links(loop_state& s) {
+    bool busy = false;
+    {
+      std::lock_guard lk(ch_m_);
+      if (!s.links_told && finish_sending_.load(std::memory_order_acquire)) {
+        for (const auto& c : channels_)
+          if (c->finish_sending()) stop_requested_.store(true, std::memory_order_release);
+        s.links_told = true;
+      }
+      for (const auto& c : channels_) busy |= c->progress();
+    }
+    return owned_.complete() || busy;
+  }
+  // 4. Periodic snapshots: rank 0 reports its own and the latest of the others.
+  bool send_periodic_report(loop_state& s) {
+    if (opt_.report_interval.count() <= 0 || finish_requested_.load(std::memory_order_acquire) ||
+        clock::now() < s.next_report)
+      return false;
+    s.next_report += opt_.report_interval;
+    std::unique_lock wl(window_m_, std::try_to_lock);  // a run() or finish() ending: skip this one
+    if (!wl.owns_lock() || window_users_ == 0) return false;
+    if (rank() == 0) {
+      latest_.ranks[0] = snapshot();
+      latest_.heard[0] = true;
+      try {
+        opt_.on_report(latest_);
+      } catch (const std::exception& e) {
+        fail(std::string("job_options::on_report threw: ") + e.what());
+      } catch (...) {
+        fail("job_options::on_report threw");
+      }
+    } else {
+      owned_.post_message(profile_message{encode_snapshot(snapshot())}, 0, tag_profile, comm());
+    }
+    periodic_.fetch_add(1, std::memory_order_acq_rel);
+    return false;
+  }
+  // 5. Rank 0: the others' periodic snapshots.
+  bool receive_reports() {
+    bool any = false;
+    while (auto m = try_receive(comm(), MPI_ANY_SOURCE, tag_profile)) {
+      const auto r = static_cast<std::size_t>(m->source);
+      try {
+        const auto p = m->as<profile_message>();
+        latest_.ranks[r] = decode_snapshot(p.snapshot.data(), p.snapshot.size(), names_);
+        latest_.heard[r] = true;
+      } catch (const std::exception& e) {
+        fail("from rank " + std::to_string(r) + ": " + e.what());
+      }
+      any = true;
+    }
+    return any;
+  }
+  // 6. FINAL (status + snapshot) once finish() was called and every send of ours completed.
+  // A stop requested here (a stage that threw just before finish(), ~job's fail()) goes
+  // out before FINAL: after FINAL no STOP is sent (see send_stop).
+  bool send_final(loop_state& s) {
+    const bool stop_pending = !s.stop_sent && stop_requested_.load(std::memory_order_acquire);
+    if (!finish_requested_.load(std::memory_order_acquire) || s.final_sent || stop_pending) return false;
+    if (!owned_.empty()) return false;
+    {
+      std::lock_guard lk(ch_m_);
+      for (const auto& c : channels_)
+        if (!c->quiescent()) return false;
+    }
+    std::string err;
+    {
+      std::lock_guard lk(state_m_);
+      err = error_;
+    }
+    // The final snapshot only from an explicit finish(): in ~job the profiler may be gone.
+    std::optional<profile_snapshot> snap;
+    {
+      std::lock_guard wl(window_m_);
+      if (window_users_ > 0) snap = snapshot();
+    }
+    if (rank() == 0) {
+      if (snap) final_.ranks[0] = std::move(*snap);
+      final_.heard[0] = snap.has_value();
+      final_.errors[0] = err;
+      ++s.finals;
+    } else {
+      final_message m{{err.begin(), err.end()}, snap ? encode_snapshot(*snap) : std::vector<std::uint64_t>{}};
+      owned_.post_message(std::move(m), 0, tag_final, comm());
+    }
+    s.final_sent = true;
+    return true;
+  }
+  // 7a. Rank 0: every rank's FINAL, then BYE to all; done once the BYEs are matched.
+  bool collect_finals_and_bye(loop_state& s) {
+    bool any = false;
+    while (auto m = try_receive(comm(), MPI_ANY_SOURCE, tag_final)) {
+      const auto r = static_cast<std::size_t>(m->source);
+      ++s.finals;  // counted whatever it holds: rank r has ended its part
+      any = true;
+      final_message f;
+      try {
+        f = m->as<final_message>();
+      } catch (const std::exception&) {
+        final_.errors[r] = "malformed FINAL message";
+        continue;
+      }
+      final_.errors[r].assign(f.error.begin(), f.error.end());
+      if (f.snapshot.empty()) continue;  // no snapshot (that rank's ~job finished it)
+      try {
+        final_.ranks[r] = decode_snapshot(f.snapshot.data(), f.snapshot.size(), names_);
+        final_.heard[r] = true;
+      } catch (const std::exception& e) {
+        final_.errors[r] += std::string(final_.errors[r].empty() ? "" : "; ") + e.what();
+      }
+    }
+    if (s.finals == size() && !s.bye_sent) {
+      bye_ok_ = std::all_of(final_.errors.begin(), final_.errors.end(), [](const auto& e) { return e.empty(); });
+      for (int r = 1; r < size(); ++r)
+        owned_.post_message(bye_message{static_cast<std::uint8_t>(bye_ok_)}, r, tag_bye, comm());
+      s.bye_sent = true;
+    }
+    s.done = s.bye_sent && owned_.empty();
+    return any;
+  }
+  // 7b. Other ranks: BYE from rank 0 once our FINAL is matched.
+  bool await_bye(loop_state& s) {
+    if (!s.final_sent || !owned_.empty()) return false;
+    const auto m = try_receive(comm(), 0, tag_bye);
+    if (!m) return false;
+    try {
+      bye_ok_ = m->as<bye_message>().ok != 0;
+    } catch (const std::exception&) {
+      bye_ok_ = false;
+    }
+    s.done = true;
+    return true;
+  }
+
+  runtime rt_;
   std::vector<std::string> names_;
   std::function<profile_snapshot()> snap_;
   job_options opt_;
   std::thread thread_;
   bool finished_ = false;
-  bool start_collective_done_ = false;
-  std::uint64_t key_hash_ = 0;
+  bool voted_ = false;  // this rank made start()'s collective (starting or leaving)
 
   std::mutex window_m_;
   int window_users_ = 0;  // run() / finish() calls in progress
 
   std::mutex ch_m_;
   std::vector<std::shared_ptr<channel>> channels_;
-  std::list<owned_send> owned_;  // progress thread only
+  owned_sends owned_;  // progress thread only
 
   std::mutex hook_m_;
   std::function<bool()> cancelled_hook_;
@@ -723,14 +595,13 @@ class job {
   std::mutex state_m_;
   std::string error_;
   std::atomic<bool> stop_requested_{false}, stopped_{false}, finish_sending_{false}, finish_requested_{false};
-  std::atomic<std::uint64_t> periodic_{0};
+  std::atomic<std::uint64_t> periodic_{0}, passes_{0};
 
-  std::mutex wake_m_;
-  std::condition_variable wake_cv_;
-  std::atomic<bool> wake_{false}, sleeping_{false};
+  progress_waker waker_;
 
   job_profile latest_, final_;  // progress thread only (final_ read after join)
   bool bye_ok_ = true;
+  inline static std::atomic<job*> current_{nullptr};
 };
 
 }  // namespace dflash::mpi

@@ -9,22 +9,41 @@
 //   using hs_link = dflash::mpi::mpi_link<HsItem, "hs_net", 8>;
 //   hs_link link(job, /*producers*/ {1, 2}, /*consumers*/ {0});
 //
+// The endpoints, for a stage or a pipeline link kind built on top:
+//   producer: send(item, prof)  blocks for a credit, hands the item over
+//             take_sent()       an item whose send completed, to refill
+//                               (its vectors keep their memory), or empty
+//             close()           no more items from this rank: FIN follows
+//                               the last one (job::run's normal end does it)
+//   consumer: receive(prof)     the next item, or empty once closed
+//             recycle(item)     a consumed item back: the next arriving item
+//                               is received into its vectors
+//   both:     a job stop (any rank's stage threw or stopped the job) wakes
+//             every blocked call with dflash::pipeline_stop.
+//
 // * Backpressure by credits: each producer rank has at most Depth items in
 //   flight (sent, not yet taken by a consumer's source stage); a consumer
-//   returns a credit when its source stage takes the item. A consumer so
-//   buffers at most Depth items per producer. A producer sends each item to
-//   the consumer with the fewest of its items in flight.
+//   returns credits for the items its source stage took, in batches (half a
+//   window, or whenever it holds none of that producer's items, so a
+//   producer never waits for credits of items already consumed). A consumer
+//   so buffers at most Depth items per producer. A producer sends each item
+//   to the consumer with the fewest of its items in flight.
 // * Exactly once: every item goes to one consumer and is delivered once.
-// * Close: when a producer rank's pipeline ends normally (job::run) it sends
-//   FIN to every consumer after its last item; a consumer's source returns
+// * Close: when a producer rank's pipeline ends normally (job::run), or it
+//   calls close(), it sends FIN to every consumer after its last item; a consumer's source returns
 //   "exhausted" once every producer's FIN and item has arrived.
 // * Stop / error: job stops (see job.hpp) wake blocked sink / source calls,
-//   which end their pipeline with dflash::pipeline_stop.
+//   which end their pipeline with dflash::pipeline_stop. Code on top of the
+//   endpoints raises them with job::fail(reason) (an error rank 0 reports)
+//   or job::stop_all() (a stop without error); both reach every rank.
 // * Keys: "<Name>.push_wait" (sink blocked for a credit), "<Name>.pop_wait"
 //   (source blocked for an item), plus the stages' own "<Name>.send.*" /
 //   "<Name>.recv.*".
-// * Wire: trivially copyable T, or wire<T> (wire.hpp). One header message per
-//   item, then each buffer straight from the item's memory (MPI_Issend).
+// * Wire: trivially copyable T, or wire<T> (wire.hpp). The items the
+//   progress thread finds handed over go as one header message per consumer
+//   (small items cross as their headers: one message per credit window,
+//   not per item), then each buffer straight from the item's memory
+//   (MPI_Issend, no staging copy).
 // * Validation: a consumer checks each header against its wire<T> layout and
 //   each size against the buffer message that arrived (matched probes)
 //   before it allocates; an item that does not fit fails the job with the
@@ -46,6 +65,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -69,6 +89,8 @@ struct link_stats {
   std::uint64_t rejected = 0;              ///< items that did not fit this rank's wire<T> (job failed)
   // producer side
   std::uint64_t sent = 0;                  ///< items handed to MPI
+  std::uint64_t queued = 0;                ///< items handed to send(), not yet posted (now)
+  std::uint64_t max_batch = 0;             ///< most items posted in one header message
   std::vector<std::uint64_t> credits_from; ///< per rank: credits it returned
 };
 
@@ -100,14 +122,36 @@ class link_core final : public channel {
     if (!producer_) throw std::logic_error("dflash::mpi::mpi_link::send: this rank is not a producer of the link");
     check_sendable(item);  // here, so an item MPI cannot carry fails this stage, not the progress thread
     std::unique_lock lk(m_);
+    if (closing_) throw std::logic_error(link_name() + ": send() after close()");
     if (in_flight_ >= Depth && !stopped_) {
       auto t = prof.scope(push_wait_key<Name>{});
-      cv_.wait(lk, [&] { return in_flight_ < Depth || stopped_; });
+      lk.unlock();
+      job_.wake();  // poll for credits at full speed while blocked
+      lk.lock();
+      wait_for(lk, [&] { return in_flight_ < Depth || stopped_; });
     }
     if (stopped_) throw pipeline_stop{};
     ++in_flight_;
+    const bool was_empty = outbox_.empty();
     outbox_.push_back(std::move(item));
     lk.unlock();
+    if (was_empty) job_.wake();  // otherwise the progress thread has not taken the earlier ones yet
+  }
+
+  std::optional<T> take_sent() {
+    std::lock_guard lk(m_);
+    if (spent_.empty()) return std::nullopt;
+    T x = std::move(spent_.back());
+    spent_.pop_back();
+    return x;
+  }
+
+  void close() {
+    if (!producer_) throw std::logic_error("dflash::mpi::mpi_link::close: this rank is not a producer of the link");
+    {
+      std::lock_guard lk(m_);
+      closing_ = true;
+    }
     job_.wake();
   }
 
@@ -117,7 +161,10 @@ class link_core final : public channel {
     std::unique_lock lk(m_);
     if (inbox_.empty() && !closed_ && !stopped_) {
       auto t = prof.scope(pop_wait_key<Name>{});
-      cv_.wait(lk, [&] { return !inbox_.empty() || closed_ || stopped_; });
+      lk.unlock();
+      job_.wake();  // poll for items at full speed while blocked
+      lk.lock();
+      wait_for(lk, [&] { return !inbox_.empty() || closed_ || stopped_; });
     }
     if (stopped_) throw pipeline_stop{};
     if (inbox_.empty()) return std::nullopt;  // closed
@@ -126,16 +173,24 @@ class link_core final : public channel {
     const auto r = static_cast<std::size_t>(src);
     --buffered_[r];
     ++credit_due_[r];
+    const bool credits_go = credits_due(r);
     ++stats_.received;
     ++stats_.taken_from[r];
     lk.unlock();
-    job_.wake();  // the credit goes back now
+    if (credits_go) job_.wake();
     return std::move(item);
+  }
+
+  void recycle(T&& item) {
+    std::lock_guard lk(m_);
+    if (spare_.size() < Depth) spare_.push_back(std::move(item));
   }
 
   [[nodiscard]] link_stats stats() const {
     std::lock_guard lk(m_);
-    return stats_;
+    auto s = stats_;
+    s.queued = outbox_.size();
+    return s;
   }
 
   // ---- channel (progress thread) ---------------------------------------------
@@ -148,15 +203,17 @@ class link_core final : public channel {
     cv_.notify_all();
   }
   bool finish_sending() override {
-    fin_pending_ = producer_;
     std::lock_guard lk(m_);
+    closing_ = closing_ || producer_;
     return consumer_ && fins_ < producers_.size();
   }
 
   bool quiescent() override {
     std::lock_guard lk(m_);
-    return sends_.empty() && (outbox_.empty() || stopped_) && !fin_pending_;
+    return sends_.empty() && (outbox_.empty() || stopped_) && (!closing_ || fin_sent_);
   }
+
+  bool in_flight() override { return !sends_.empty() || !recvs_.empty(); }  // progress thread's own state
 
   bool progress() override {
     bool busy = false;
@@ -169,13 +226,21 @@ class link_core final : public channel {
 
  private:
   static constexpr int tag_header = tag_base_, tag_buffer = tag_base_ + 1, tag_credit = tag_base_ + 2;
-  // A header message: marker 1 (a 0-byte header is FIN), the number of buffer
-  // messages that follow (so a consumer that rejects the item can still
-  // receive them and let the producer's sends complete), then wire<T>'s header.
-  static constexpr std::size_t frame_bytes = 1 + sizeof(std::uint32_t);
+  // A header message (a 0-byte one is FIN) carries a batch of items:
+  //   marker 1, the item count, then per item: the number of buffer messages
+  //   that follow it (so a consumer that rejects the item can still receive
+  //   them and let the producer's sends complete), the length of its wire<T>
+  //   header (the consumer checks it against its own layout), the header.
+  // The buffers follow, item by item, in order.
+  static constexpr std::uint8_t batch_marker = 1;
+  using frame_word = std::uint32_t;
+  // Credits go back when this many are due for a producer (or it has no items held here).
+  static constexpr std::uint64_t credit_batch = Depth / 2 > 0 ? Depth / 2 : 1;
+  // Items whose buffers a producer or consumer keeps for reuse: vectors only.
+  static constexpr bool reusable = WireCustom<T>;
 
   struct send_rec {
-    T item;
+    std::vector<T> items;
     std::vector<std::byte> header;
     std::vector<MPI_Request> reqs;
   };
@@ -205,21 +270,42 @@ class link_core final : public channel {
         header += sizeof(M);
       }
     });
-    if (header + frame_bytes > wire_max_buffer_bytes)
-      throw std::length_error(link_name() + ": an item's header is over 2 GiB (MPI's int count limit)");
+    // Depth items' headers share one message.
+    if (header > (wire_max_buffer_bytes - 8) / Depth - 2 * sizeof(frame_word))
+      throw std::length_error(link_name() + ": an item's header is over 2 GiB / Depth (MPI's int count limit)");
   }
+  // Yields a little before it sleeps: within a credit window the progress
+  // thread usually answers in a few µs, less than a futex sleep and wake-up.
+  template <class Pred>
+  void wait_for(std::unique_lock<std::mutex>& lk, Pred ready) {
+    for (int i = 0; i < spin_yields && !ready(); ++i) {
+      lk.unlock();
+      std::this_thread::yield();
+      lk.lock();
+    }
+    cv_.wait(lk, ready);
+  }
+  static constexpr int spin_yields = 64;
+
   static bool test_all(std::vector<MPI_Request>& reqs) {
     int done = 0;
     check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
     return done != 0;
   }
+  static void put_word(std::vector<std::byte>& b, frame_word w) {
+    const auto* p = reinterpret_cast<const std::byte*>(&w);
+    b.insert(b.end(), p, p + sizeof w);
+  }
+  // With m_ held: credits for producer r go back now?
+  bool credits_due(std::size_t r) const {
+    return credit_due_[r] > 0 && (credit_due_[r] >= credit_batch || buffered_[r] == 0 || stopped_ ||
+                                  fins_ == producers_.size());
+  }
 
-  bool progress_producer() {
+  bool receive_credits(MPI_Comm c) {
     bool busy = false;
-    MPI_Comm c = job_.comm();
     MPI_Status st;
     int flag = 0;
-    // credits back from consumers
     for (;;) {
       check(MPI_Iprobe(MPI_ANY_SOURCE, tag_credit, c, &flag, &st), "MPI_Iprobe");
       if (!flag) break;
@@ -233,63 +319,87 @@ class link_core final : public channel {
       cv_.notify_all();
       busy = true;
     }
-    // post what the sink handed over
-    for (;;) {
-      std::optional<T> item;
-      std::size_t to = 0;
-      {
-        std::lock_guard lk(m_);
-        if (outbox_.empty()) break;
-        item.emplace(std::move(outbox_.front()));
-        outbox_.pop_front();
+    return busy;
+  }
+
+  // Everything the sink handed over: one batch per consumer, each to the
+  // consumer with the fewest of this rank's items in flight at the time.
+  bool post_batches(MPI_Comm c) {
+    std::vector<std::vector<T>> to(consumers_.size());
+    {
+      std::lock_guard lk(m_);
+      if (outbox_.empty()) return false;
+      for (auto& x : outbox_) {
+        std::size_t k = 0;
         for (std::size_t i = 1; i < consumers_.size(); ++i)
-          if (outstanding_[i] < outstanding_[to]) to = i;
-        ++outstanding_[to];
+          if (outstanding_[i] < outstanding_[k]) k = i;
+        ++outstanding_[k];
         ++stats_.sent;
+        to[k].push_back(std::move(x));
       }
-      auto& s = sends_.emplace_back(send_rec{std::move(*item), {}, {}});
-      std::vector<wire_buffer> bufs;
-      wire_encode(s.item, s.header, bufs);
-      const auto nbufs = static_cast<std::uint32_t>(bufs.size());
-      std::byte frame[frame_bytes] = {std::byte{1}};
-      std::memcpy(frame + 1, &nbufs, sizeof nbufs);
-      s.header.insert(s.header.begin(), frame, frame + frame_bytes);
+      outbox_.clear();
+      for (const auto& b : to) stats_.max_batch = std::max<std::uint64_t>(stats_.max_batch, b.size());
+    }
+    std::vector<std::byte> h;
+    std::vector<wire_buffer> item_bufs, bufs;
+    for (std::size_t k = 0; k < to.size(); ++k) {
+      if (to[k].empty()) continue;
+      auto& s = sends_.emplace_back(send_rec{std::move(to[k]), {}, {}});
+      s.header.push_back(std::byte{batch_marker});
+      put_word(s.header, static_cast<frame_word>(s.items.size()));
+      bufs.clear();
+      for (auto& x : s.items) {
+        wire_encode(x, h, item_bufs);
+        put_word(s.header, static_cast<frame_word>(item_bufs.size()));
+        put_word(s.header, static_cast<frame_word>(h.size()));
+        s.header.insert(s.header.end(), h.begin(), h.end());
+        bufs.insert(bufs.end(), item_bufs.begin(), item_bufs.end());
+      }
       // Sizes were checked by send(); posting is all or nothing.
       s.reqs.assign(1 + bufs.size(), MPI_REQUEST_NULL);
-      const int dest = consumers_[to];
+      const int dest = consumers_[k];
       check(MPI_Issend(s.header.data(), static_cast<int>(s.header.size()), MPI_BYTE, dest, tag_header, c, &s.reqs[0]),
             "MPI_Issend");
       for (std::size_t b = 0; b < bufs.size(); ++b)
         check(MPI_Issend(bufs[b].data, static_cast<int>(bufs[b].bytes), MPI_BYTE, dest, tag_buffer, c, &s.reqs[1 + b]),
               "MPI_Issend");
-      busy = true;
     }
-    // completed sends free their item
+    return true;
+  }
+
+  bool progress_producer() {
+    MPI_Comm c = job_.comm();
+    bool busy = false;
+    // completed sends first: their items go back to the producer for reuse (or go), so
+    // a sink woken by the credits below finds them in take_sent()
     for (auto it = sends_.begin(); it != sends_.end();) {
       if (test_all(it->reqs)) {
         std::lock_guard lk(m_);
+        if constexpr (reusable)
+          for (auto& x : it->items)
+            if (spent_.size() < Depth) spent_.push_back(std::move(x));
         it = sends_.erase(it);
         busy = true;
       } else {
         ++it;
       }
     }
+    busy |= receive_credits(c);
+    busy |= post_batches(c);
     // FIN after the last item (same tag, so it cannot overtake the headers)
-    if (fin_pending_) {
-      bool empty;
-      {
-        std::lock_guard lk(m_);
-        empty = outbox_.empty();
+    bool fin_now = false;
+    {
+      std::lock_guard lk(m_);
+      fin_now = closing_ && !fin_sent_ && outbox_.empty();
+      fin_sent_ = fin_sent_ || fin_now;
+    }
+    if (fin_now) {
+      for (int dest : consumers_) {
+        auto& s = sends_.emplace_back();
+        s.reqs.assign(1, MPI_REQUEST_NULL);
+        check(MPI_Issend(nullptr, 0, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
       }
-      if (empty) {
-        for (int dest : consumers_) {
-          auto& s = sends_.emplace_back();
-          s.reqs.assign(1, MPI_REQUEST_NULL);
-          check(MPI_Issend(nullptr, 0, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
-        }
-        fin_pending_ = false;
-        busy = true;
-      }
+      busy = true;
     }
     return busy;
   }
@@ -338,6 +448,48 @@ class link_core final : public channel {
     r.posted = true;
   }
 
+  // A batch header into one recv_rec per item (into recycled items where there are some).
+  void parse_batch(const std::vector<std::byte>& h, int src) {
+    auto malformed = [&] {  // not from an mpi_link: nothing can be drained
+      return std::runtime_error(link_name() + ": malformed item header from rank " + std::to_string(src));
+    };
+    std::size_t at = 1 + sizeof(frame_word);
+    if (h.size() < at || h[0] != std::byte{batch_marker}) throw malformed();
+    auto word = [&] {
+      if (h.size() - at < sizeof(frame_word)) throw malformed();
+      frame_word w = 0;
+      std::memcpy(&w, h.data() + at, sizeof w);
+      at += sizeof w;
+      return w;
+    };
+    frame_word count = 0;
+    std::memcpy(&count, h.data() + 1, sizeof count);
+    std::vector<std::pair<frame_word, std::pair<std::size_t, std::size_t>>> items;  // nbufs, header span
+    for (frame_word i = 0; i < count; ++i) {
+      const frame_word nbufs = word();
+      const std::size_t len = word();
+      if (h.size() - at < len) throw malformed();
+      items.push_back({nbufs, {at, len}});
+      at += len;
+    }
+    if (at != h.size() || count == 0) throw malformed();
+    std::lock_guard lk(m_);
+    for (const auto& [nbufs, span] : items) {
+      auto& r = recvs_.emplace_back();
+      if (!spare_.empty()) {
+        r.item = std::move(spare_.back());
+        spare_.pop_back();
+      }
+      r.src = src;
+      r.nbufs = nbufs;
+      r.header.assign(h.begin() + static_cast<std::ptrdiff_t>(span.first),
+                      h.begin() + static_cast<std::ptrdiff_t>(span.first + span.second));
+    }
+    auto& b = buffered_[static_cast<std::size_t>(src)];
+    b += items.size();
+    stats_.max_buffered_per_producer = std::max<std::uint64_t>(stats_.max_buffered_per_producer, b);
+  }
+
   bool progress_consumer() {
     bool busy = false;
     MPI_Comm c = job_.comm();
@@ -349,23 +501,15 @@ class link_core final : public channel {
       if (!flag) break;
       int n = 0;
       MPI_Get_count(&st, MPI_BYTE, &n);
-      std::vector<std::byte> h(static_cast<std::size_t>(n));
-      check(MPI_Recv(h.data(), n, MPI_BYTE, st.MPI_SOURCE, tag_header, c, MPI_STATUS_IGNORE), "MPI_Recv");
+      header_in_.resize(static_cast<std::size_t>(n));
+      check(MPI_Recv(header_in_.data(), n, MPI_BYTE, st.MPI_SOURCE, tag_header, c, MPI_STATUS_IGNORE), "MPI_Recv");
       busy = true;
       if (n == 0) {
+        std::lock_guard lk(m_);
         ++fins_;
         continue;
       }
-      if (h.size() < frame_bytes || h[0] != std::byte{1})  // not from an mpi_link: nothing can be drained
-        throw std::runtime_error(link_name() + ": malformed item header from rank " + std::to_string(st.MPI_SOURCE));
-      auto& r = recvs_.emplace_back();
-      r.src = st.MPI_SOURCE;
-      std::memcpy(&r.nbufs, h.data() + 1, sizeof r.nbufs);
-      r.header.assign(h.begin() + frame_bytes, h.end());
-      std::lock_guard lk(m_);
-      auto& b = buffered_[static_cast<std::size_t>(r.src)];
-      ++b;
-      stats_.max_buffered_per_producer = std::max<std::uint64_t>(stats_.max_buffered_per_producer, b);
+      parse_batch(header_in_, st.MPI_SOURCE);
     }
     // buffer messages: matched in order per producer (an item's come before the next item's)
     std::vector<bool> blocked(buffered_.size(), false);
@@ -390,18 +534,21 @@ class link_core final : public channel {
       post_receives(r);
       busy = true;
     }
-    // complete items go to the source stage, in arrival order per producer
+    // complete items go to the source stage, in arrival order per producer (one lock and
+    // one notification for all of them)
     std::fill(blocked.begin(), blocked.end(), false);
+    std::unique_lock deliver(m_, std::defer_lock);
+    bool delivered = false;
     for (auto it = recvs_.begin(); it != recvs_.end();) {
       auto&& blk = blocked[static_cast<std::size_t>(it->src)];
       if (!blk && it->posted && (it->reqs.empty() || test_all(it->reqs))) {
-        std::lock_guard lk(m_);
+        if (!deliver.owns_lock()) deliver.lock();
         if (it->rejected) {
           --buffered_[static_cast<std::size_t>(it->src)];
           ++stats_.rejected;
         } else {
           inbox_.emplace_back(std::move(it->item), it->src);
-          cv_.notify_all();
+          delivered = true;
         }
         it = recvs_.erase(it);
         busy = true;
@@ -410,12 +557,14 @@ class link_core final : public channel {
         ++it;
       }
     }
-    // credits for what the source stage took
+    if (delivered) cv_.notify_all();
+    if (deliver.owns_lock()) deliver.unlock();
+    // credits for what the source stage took, in batches
     std::vector<std::pair<int, std::uint64_t>> due;
     {
       std::lock_guard lk(m_);
       for (std::size_t r = 0; r < credit_due_.size(); ++r)
-        if (credit_due_[r]) {
+        if (credits_due(r)) {
           const std::uint64_t n = std::exchange(credit_due_[r], 0);
           due.emplace_back(static_cast<int>(r), n);
           stats_.credits_to[r] += n;
@@ -427,9 +576,7 @@ class link_core final : public channel {
       }
     }
     for (auto [r, n] : due) {
-      std::vector<std::byte> b(sizeof n);
-      std::memcpy(b.data(), &n, sizeof n);
-      job_.post_owned(std::move(b), r, tag_credit);
+      job_.post_owned(wire_pack(n), r, tag_credit);
       busy = true;
     }
     return busy;
@@ -445,18 +592,21 @@ class link_core final : public channel {
   // producer
   std::size_t in_flight_ = 0;
   std::deque<T> outbox_;
+  std::vector<T> spent_;                    // sent items for take_sent()
   std::vector<std::uint64_t> outstanding_;  // per consumer index
+  bool closing_ = false, fin_sent_ = false;
   // consumer
   std::deque<std::pair<T, int>> inbox_;
+  std::vector<T> spare_;                              // recycled items to receive into
   std::vector<std::uint64_t> buffered_, credit_due_;  // per rank
+  std::size_t fins_ = 0;
   link_stats stats_;
 
   // progress thread only
   std::list<send_rec> sends_;
   std::list<recv_rec> recvs_;
-  bool fin_pending_ = false;
+  std::vector<std::byte> header_in_;
   bool reported_ = false;
-  std::size_t fins_ = 0;
 };
 
 }  // namespace detail
@@ -508,6 +658,16 @@ class mpi_link {
     core_->send(std::move(item), prof);
   }
 
+  /// Producer side: an item whose send completed (at most Depth are kept), to
+  /// refill and send again: its vectors keep their memory, so a producer
+  /// that reuses items allocates nothing per item. Empty if none.
+  [[nodiscard]] std::optional<T> take_sent() { return core_->take_sent(); }
+
+  /// Producer side: this rank sends no more items; consumers see FIN after
+  /// its last item. job::run does it when this rank's pipeline ends
+  /// normally; send() after close() throws std::logic_error.
+  void close() { core_->close(); }
+
   /// Consumer side: the next item, or empty once every producer finished and
   /// everything arrived. Blocks as "<Name>.pop_wait"; throws pipeline_stop
   /// when the job stopped.
@@ -515,6 +675,11 @@ class mpi_link {
   std::optional<T> receive(const P& prof) {
     return core_->receive(prof);
   }
+
+  /// Consumer side: a consumed item back (at most Depth are kept); the next
+  /// item that arrives is received into its vectors (no allocation when they
+  /// are large enough, no zeroing when the size is the same).
+  void recycle(T&& item) { core_->recycle(std::move(item)); }
 
   [[nodiscard]] link_stats stats() const { return core_->stats(); }
 

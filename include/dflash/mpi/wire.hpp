@@ -181,4 +181,47 @@ void wire_decode(T& x, const std::byte* header, std::size_t bytes, std::vector<w
   wire_allocate(x, ext, buffers);
 }
 
+/// x as one message: its header, then its buffers' bytes in order. For small
+/// messages (the job's control messages) where one copy costs less than a
+/// message per buffer.
+template <WireItem T>
+std::vector<std::byte> wire_pack(T& x) {
+  std::vector<std::byte> out;
+  std::vector<wire_buffer> bufs;
+  wire_encode(x, out, bufs);
+  for (const auto& b : bufs) {
+    const auto* p = static_cast<const std::byte*>(b.data);
+    out.insert(out.end(), p, p + b.bytes);
+  }
+  return out;
+}
+
+/// Inverse of wire_pack. The buffers' sizes from the header must add up to
+/// the bytes after it exactly; otherwise it throws, allocating nothing.
+template <WireItem T>
+void wire_unpack(T& x, const std::byte* bytes, std::size_t n) {
+  const std::size_t head = wire_header_bytes(x);
+  if (n < head)
+    throw std::runtime_error("dflash::mpi: message of " + std::to_string(n) + " bytes, its header alone needs " +
+                             std::to_string(head));
+  const auto ext = wire_parse(x, bytes, head);
+  std::size_t rest = n - head;
+  for (const auto& e : ext) {
+    if (e.bytes > rest)
+      throw std::runtime_error("dflash::mpi: message of " + std::to_string(n) +
+                               " bytes is shorter than its header says");
+    rest -= e.bytes;
+  }
+  if (rest != 0)
+    throw std::runtime_error("dflash::mpi: message of " + std::to_string(n) + " bytes has " + std::to_string(rest) +
+                             " bytes more than its header says");
+  std::vector<wire_buffer> bufs;
+  wire_allocate(x, ext, bufs);
+  const std::byte* at = bytes + head;
+  for (const auto& b : bufs) {
+    std::memcpy(b.data, at, b.bytes);
+    at += b.bytes;
+  }
+}
+
 }  // namespace dflash::mpi

@@ -1,0 +1,29 @@
+#pragma once
+// dflash::mpi::channel — what a link does on the job's progress thread. The
+// job drives every attached channel once per pass of its loop and co-owns it,
+// so a link's MPI requests complete even if the link's handle goes first.
+
+namespace dflash::mpi {
+
+class channel {
+ public:
+  virtual ~channel() = default;
+  /// Post / complete sends and receives; true if anything happened.
+  virtual bool progress() = 0;
+  /// The job stopped: wake blocked senders and receivers (they end their stage).
+  virtual void on_stop() = 0;
+  /// This rank's pipeline ended normally: producers tell consumers (FIN).
+  /// Returns true if that end is premature for the link (a consumer that
+  /// stopped taking items before every producer finished): the job then
+  /// stops every rank, as producers would otherwise wait for credits forever.
+  virtual bool finish_sending() = 0;
+  /// Every send of this rank on the link has completed (matched).
+  virtual bool quiescent() = 0;
+  /// MPI requests of this link are in flight here (sends or receives not
+  /// complete): the progress thread keeps polling (see progress_waker).
+  virtual bool in_flight() = 0;
+  /// First tag of the three the link uses (must be equal on every rank).
+  virtual int tag_base() const = 0;
+};
+
+}  // namespace dflash::mpi
