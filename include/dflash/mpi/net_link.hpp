@@ -78,6 +78,10 @@ struct net_link {
       throw std::invalid_argument("dflash::mpi::net_link \"" + std::string(Name.view()) +
                                   "\": place the stages on either side on ranks (pipeline_shape::ranks); a net_link "
                                   "joins stages that run in different processes");
+    if (c.depth != Depth)
+      throw std::invalid_argument("dflash::mpi::net_link \"" + std::string(Name.view()) + "\": its depth (credits per "
+                                  "producer rank) is the compile-time " + std::to_string(Depth) + ", got " +
+                                  std::to_string(c.depth) + " in the shape; change net_link<Name, Depth> instead");
     job* j = job::current();
     if (!j)
       throw std::logic_error("dflash::mpi::net_link \"" + std::string(Name.view()) +
