@@ -202,7 +202,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
   auto* ranks_opt = app.add_option("--ranks", ranks,
                                    "run as an MPI job (under mpirun, builds with MPI): target=T,drafter=1 — ranks "
                                    "0..T-1 run source, target forward and postprocess, rank T trains the drafter; "
-                                   "hidden states cross ranks over a dflash::mpi::mpi_link; rank 0 prints the job's "
+                                   "hidden states cross ranks over a dflash::mpi::net_link; rank 0 prints the job's "
                                    "profile with a column per rank");
 
   try {

@@ -42,15 +42,9 @@
 namespace dflash::mpi {
 
 template <fixed_string Name, std::size_t Depth>
-struct net_link {
+struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_values, /*crosses_processes=*/true,
+                               analysis::link_kind::queue> {
   static_assert(Depth > 0, "dflash::mpi::net_link<Name, Depth>: Depth must be at least 1");
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  using keys = queue_keys<Name>;
-  using consumer_threads = consumer_on_own_threads;
-  using carries = carries_values;
-  static constexpr bool crosses_processes = true;
-  static constexpr analysis::link_kind model = analysis::link_kind::queue;
 
   template <class Item, class P>
   class endpoint {
