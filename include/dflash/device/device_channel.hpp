@@ -218,6 +218,9 @@ class device_channel {
   void drop_ready_wait_for_testing(std::uint64_t nth) noexcept {
     drop_at_.store(pops_.load(std::memory_order_relaxed) + nth, std::memory_order_relaxed);
   }
+  /// Test hook: consumers on another device than the producer always take the
+  /// peer-copy path, as without peer access (so a GPU pair with peer access tests it too).
+  void force_peer_copy_for_testing() noexcept { force_copy_.store(true, std::memory_order_relaxed); }
 
  private:
   static std::size_t checked(std::size_t depth) {
@@ -278,6 +281,7 @@ class device_channel {
   // the backend can, peer access is enabled then (from d).
   bool reachable(int d, int p) {
     if constexpr (MultiDeviceBackend<B>) {
+      if (force_copy_.load(std::memory_order_relaxed)) return false;
       std::lock_guard lk(route_m_);
       for (const route& r : routes_)
         if (r.from == d && r.to == p) return r.peer;
@@ -341,6 +345,7 @@ class device_channel {
   [[no_unique_address]] profiler_ref<P> prof_;
   std::atomic<bool> cancelled_{false};
   std::atomic<std::uint64_t> pops_{0}, drop_at_{0};
+  std::atomic<bool> force_copy_{false};
   struct route {
     int from, to;
     bool peer;
