@@ -224,7 +224,9 @@ void check_devices(const Shape& s, CountDevices&& count) {
        for (const int d : s.devices[I])
          if (d < 0 || d >= n)
            throw std::invalid_argument(stage + ": device " + std::to_string(d) + " in shape.devices does not exist (" +
-                                       std::to_string(n) + " device(s): ids 0.." + std::to_string(n - 1) + ")");
+                                       (n > 0 ? std::to_string(n) + " device(s): ids 0.." + std::to_string(n - 1)
+                                              : std::string("the backend has no device")) +
+                                       ")");
      }()),
      ...);
   }(std::make_index_sequence<T::stage_count>{});
