@@ -237,7 +237,7 @@ int train_main(int argc, char** argv) {
       std::cerr << self << ": error: --" << why << "\nRun with --help for the options.\n";
       return exit_usage;
     }
-  const signal_watch signals(self);  // [signals] before any thread starts; exit code below
+  const signal_watch signals(self);  // before any thread starts; exit code below
 
   std::unique_ptr<device_postprocessor> device;
   if (o.device == device_kind::cuda) {
@@ -245,6 +245,7 @@ int train_main(int argc, char** argv) {
       std::cerr << self << ": error: --device cuda: " << why << "\n";
       return exit_device_unavailable;
     }
+#if DFLASH_EXAMPLE_CUDA  // (without it, probe() above has already refused --device cuda)
     if (!o.gpus.empty()) {  // --gpus: ids of visible devices, checked before any work
       dflash::cuda_backend cuda;
       const int n = cuda.device_count();
@@ -256,6 +257,7 @@ int train_main(int argc, char** argv) {
         }
       cuda.set_device(o.gpus.front());  // the postprocess's device: its state is made on it
     }
+#endif
     device = std::make_unique<device_postprocessor>();
   }
 
