@@ -190,10 +190,18 @@ class pipeline_core {
   void flow_start([[maybe_unused]] const tag_type& t) const {
     if constexpr (flow && I > 0) since_born<stage_age_key<stage_type<I>::name>, I>(t);
   }
-  /// The sink ended its call on the item tagged `t`: "<sink>.e2e".
+  /// Stage I ended its call on the item tagged `t` (a source: the item it
+  /// made): the sink's "<sink>.e2e", and for policies that draw flows
+  /// (TraceProfiler) the item's step on this stage's work range.
   template <std::size_t I>
-  void flow_end([[maybe_unused]] const tag_type& t) const {
-    if constexpr (flow && I + 1 == stage_count) since_born<stage_e2e_key<stage_type<I>::name>, I>(t);
+  void flow_done([[maybe_unused]] const tag_type& t) const {
+    if constexpr (flow) {
+      using work = stage_work_key<stage_type<I>::name>;
+      if constexpr (requires { prof().flow_step(work{}, t.seq, flow_phase::step); })
+        prof().flow_step(work{}, t.seq,
+                         I == 0 ? flow_phase::start : I + 1 == stage_count ? flow_phase::end : flow_phase::step);
+      if constexpr (I + 1 == stage_count) since_born<stage_e2e_key<stage_type<I>::name>, I>(t);
+    }
   }
   /// The stamp beside slot `slot` of device link L (flow only).
   [[nodiscard]] flow_stamp& slot_stamp(std::size_t l, std::size_t slot) noexcept

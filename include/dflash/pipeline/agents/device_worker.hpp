@@ -110,7 +110,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
         if (more) tag = c.next_source_tag();
       }
       if constexpr (Core::flow && out_slot) c.slot_stamp(I, out->index()) = tag;
-      c.template flow_end<I>(tag);
+      if (more) c.template flow_done<I>(tag);
       // 4. hand over: record on our stream after the work
       if constexpr (in_slot) c.template link<I - 1>().release(std::move(*in), ds);
       if constexpr (out_slot) {

@@ -78,7 +78,9 @@ class direct_segment {
         g_.exhausted = true;
         return false;
       }
-      return step<1>(std::move(*item), c_.source_tag(g_.issued++));
+      const tag_type tag = c_.source_tag(g_.issued++);
+      c_.template flow_done<0>(tag);
+      return step<1>(std::move(*item), tag);
     } else {
       std::optional<typename S::input_type> item;
       tag_type tag{};
@@ -163,10 +165,11 @@ class direct_segment {
     c_.template flow_start<K>(tag);
     if constexpr (K + 1 == T::stage_count) {
       timed(prof_, stage_work_key<S::name>{}, [&] { call_stage(s, w, std::move(x)); });
-      c_.template flow_end<K>(tag);
+      c_.template flow_done<K>(tag);
       return true;
     } else {
       typename S::output_type y = timed(prof_, stage_work_key<S::name>{}, [&] { return call_stage(s, w, std::move(x)); });
+      c_.template flow_done<K>(tag);
       if constexpr (K < B) {
         return step<K + 1>(std::move(y), tag);
       } else {

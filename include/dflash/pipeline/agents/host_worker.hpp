@@ -32,6 +32,7 @@ void host_worker(Core& c, std::size_t w) noexcept {
         auto item = timed(prof, work_key{}, [&] { return call_stage(s, w); });
         if (!item) break;
         const auto tag = c.next_source_tag();
+        c.template flow_done<0>(tag);
         bool ok;
         {
           auto t = prof.scope(wait_key{});
@@ -46,11 +47,12 @@ void host_worker(Core& c, std::size_t w) noexcept {
         c.template flow_start<I>(tag);
         if constexpr (I + 1 < T::stage_count) {
           typename S::output_type y = timed(prof, work_key{}, [&] { return call_stage(s, w, std::move(x)); });
+          c.template flow_done<I>(tag);
           auto t = prof.scope(wait_key{});
           return c.template push_output<I>(std::move(y), tag);
         } else {
           timed(prof, work_key{}, [&] { call_stage(s, w, std::move(x)); });
-          c.template flow_end<I>(tag);
+          c.template flow_done<I>(tag);
           return true;
         }
       };
