@@ -71,6 +71,14 @@ class pipeline_core {
   /// Links carry the tag in an envelope (else the tag is never read).
   static constexpr bool tagged = flow || topo::sequenced;
 
+  /// The policy's keys list every flow row (pipeline_keys does; a hand-made key set may not).
+  static constexpr bool flow_keys_listed = []<std::size_t... I>(std::index_sequence<I...>) {
+    return ((I == 0 || (P::keys::contains(stage_age_key<stage_type<I>::name>::name()) &&
+                        P::keys::contains(stage_age_clock_backwards_key<stage_type<I>::name>::name()))) &&
+            ...) &&
+           P::keys::contains(stage_e2e_key<stage_type<stage_count - 1>::name>::name());
+  }(std::make_index_sequence<stage_count>{});
+
   template <std::size_t L>
   static auto item_of() {
     using T = typename stage_type<L>::output_type;
