@@ -134,7 +134,8 @@ struct topology {
 };
 
 /// Every key the pipeline of topology T records (its stages' wait / work / gpu
-/// and own keys, its links' keys); independent of the profiler. Apart from
+/// and own keys, the flow rows age / age_clock_backwards / e2e, its links'
+/// keys); independent of the profiler. Apart from
 /// topology so that naming a topology never reads a stage's name (checks.hpp
 /// reports a missing one first).
 template <class T>
