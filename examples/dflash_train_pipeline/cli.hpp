@@ -1,7 +1,7 @@
 #pragma once
 // Command line of the example (CLI11). Every value is checked here, before
 // any work: integers are decimal only and range-checked, seconds are finite
-// and in range, --trace must be writable; nothing is clamped. parse_cli() returns the exit code to stop with (0 after --help,
+// and in range, --trace must be writable, --gpus distinct existing ids; nothing is clamped. parse_cli() returns the exit code to stop with (0 after --help,
 // 2 for a usage error) or nothing to go on.
 
 #include <CLI/CLI.hpp>
@@ -73,6 +73,26 @@ inline std::string trace_not_writable(const std::string& path) {
 }
 
 /// profiled: the AccumulatingProfiler build; the plain build rejects the profiling flags.
+/// --gpus "0,1": distinct device ids (decimal, at most 4 digits each) into
+/// `out`; empty when they parse, else what is wrong.
+inline std::string parse_gpus(const std::string& text, std::vector<int>& out) {
+  out.clear();
+  if (text.empty()) return "the list is empty (give device ids, e.g. 0,1)";
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string id = text.substr(at, comma - at);
+    if (id.empty() || id.size() > 4 || id.find_first_not_of("0123456789") != std::string::npos)
+      return "expected comma-separated device ids (non-negative integers), got '" + text + "'";
+    const int g = std::stoi(id);
+    for (const int seen : out)
+      if (seen == g) return "device " + id + " is listed twice in '" + text + "'";
+    out.push_back(g);
+    at = comma + 1;
+  }
+  return {};
+}
+
 inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool profiled, std::ostream& out,
                                     std::ostream& err) {
   const std::string self = profiled ? "dflash_train_pipeline_profiled" : "dflash_train_pipeline";
@@ -198,11 +218,18 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
           },
           "FACTOR in [1, 100]"))
       ->capture_default_str();
+  std::string gpus;
+  auto* gpus_opt = app.add_option("--gpus", gpus,
+                                  "devices for the target-forward workers, e.g. 0,1 (worker w on the (w mod n)-th); "
+                                  "the postprocess runs on the first. Distinct ids, no more than --target-workers. "
+                                  "--device cuda: ids of visible GPUs; --device cpu: the host twin simulates as many "
+                                  "devices as listed, without peer access (ids 0..n-1; hidden states cross devices "
+                                  "by peer copy)");
   std::string ranks;
   auto* ranks_opt = app.add_option("--ranks", ranks,
                                    "run as an MPI job (under mpirun, builds with MPI): target=T,drafter=1 — ranks "
                                    "0..T-1 run source, target forward and postprocess, rank T trains the drafter; "
-                                   "hidden states cross ranks over a dflash::mpi::mpi_link; rank 0 prints the job's "
+                                   "hidden states cross ranks over a dflash::mpi::net_link; rank 0 prints the job's "
                                    "profile with a column per rank");
 
   try {
@@ -256,6 +283,19 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
     if (results->count() > 0) return usage("--ranks: --results is not supported in an MPI job");
     o.target_ranks = t;
     o.drafter_ranks = d;
+  }
+  if (gpus_opt->count() > 0) {
+    if (const std::string why = parse_gpus(gpus, o.gpus); !why.empty()) return usage("--gpus: " + why);
+    if (o.gpus.size() > static_cast<std::size_t>(o.target_workers))
+      return usage("--gpus: " + std::to_string(o.gpus.size()) + " devices listed but --target-workers is " +
+                   std::to_string(o.target_workers) + ": some devices would get no worker");
+    if (device == "cpu")  // the twin simulates one device per listed id
+      for (const int g : o.gpus)
+        if (g >= static_cast<int>(o.gpus.size()))
+          return usage("--gpus: device " + std::to_string(g) + " does not exist: --device cpu simulates " +
+                       std::to_string(o.gpus.size()) + " device(s), one per listed id (ids 0.." +
+                       std::to_string(o.gpus.size() - 1) + ")");
+    if (ranks_opt->count() > 0) return usage("--gpus: not supported in an MPI job (--ranks)");
   }
   if (!o.trace.empty())  // before any work, and an existing file stays as it is until the run writes it
     if (const std::string why = trace_not_writable(o.trace); !why.empty()) return usage("--trace: " + why);

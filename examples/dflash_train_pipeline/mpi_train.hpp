@@ -1,16 +1,18 @@
 #pragma once
-// The example over MPI (--ranks target=T,drafter=1; built when DFLASH_ENABLE_MPI):
+// The example over MPI (--ranks target=T,drafter=D; built when DFLASH_ENABLE_MPI):
+// one pipeline type, every rank constructs it, the shape places its stages —
 //
-//   target ranks 0..T-1:  source -> batch_queue -> target_forward xN -> hs_device -> postprocess
-//                         -> hs_out -> mpi_link_sink ─┐
-//   drafter rank T:       mpi_link_source <────────────┘ (hs_net) -> hs_in -> unpack -> hs_queue -> drafter
+//   ranks 0..T-1:   batch_source ─batch_queue─▶ target_forward ×N ═hs_device═▶ postprocess ─┐
+//                                                                                hs_net (dflash::mpi::net_link)
+//   ranks T..T+D-1: unpack ─hs_queue─▶ drafter_train  ◀──────────────────────────────────────┘
 //
 // Target rank r trains on steps r, r+T, r+2T, ... (the same data a single
-// process makes, split); every rank uses one profiler type over both
-// pipelines' keys, and rank 0 prints the job's table with a column per rank.
-// The hs_device link runs on the host twin here (--device cpu).
+// process makes, split); the profiler's keys are the one pipeline's, and rank
+// 0 prints the job's table with a column per rank. The hs_device link runs on
+// the host twin here (--device cpu).
 
 #include <dflash/mpi.hpp>
+#include <dflash/mpi/net_link.hpp>
 
 #include <memory>
 #include <string>
@@ -35,8 +37,6 @@ struct dflash::mpi::wire<std::unique_ptr<dflash_example::HsItem>> {
 
 namespace dflash_example {
 
-using hs_link = dflash::mpi::mpi_link<std::unique_ptr<HsItem>, "hs_net", 8>;
-
 /// On the drafter rank: the drafter's CSR attention mask from the block mask that arrived.
 template <dflash::ProfilerPolicy P>
 struct unpack {
@@ -50,36 +50,28 @@ struct unpack {
 };
 
 template <class P, class B>
-using target_rank_pipeline = dflash::Pipeline<P,                                                  //
-                                              batch_source, dflash::queue_link<"batch_queue", 8>,    //
-                                              dflash::workers<target_forward<P, B>, 2>,            //
-                                              dflash::device_link<"hs_device", 4>,                 //
-                                              postprocess<P, B>, dflash::queue_link<"hs_out", 8>,  //
-                                              dflash::mpi::mpi_link_sink<P, hs_link>>;
-template <class P>
-using target_rank_twin = target_rank_pipeline<P, dflash::host_stream_backend>;
-template <class P>
-using drafter_rank_pipeline = dflash::Pipeline<P,                                                          //
-                                               dflash::mpi::mpi_link_source<P, hs_link>,                   //
-                                               dflash::queue_link<"hs_in", 8>, unpack<P>,                  //
-                                               dflash::queue_link<"hs_queue", 60>, drafter_train<P>>;
+using mpi_train_pipeline = dflash::Pipeline<P,                                                       //
+                                            batch_source, dflash::queue_link<"batch_queue", 8>,       //
+                                            dflash::workers<target_forward<P, B>, 2>,                 //
+                                            dflash::device_link<"hs_device", 4>,                      //
+                                            postprocess<P, B>, dflash::mpi::net_link<"hs_net", 8>,    //
+                                            unpack<P>, dflash::queue_link<"hs_queue", 60>, drafter_train<P>>;
 /// One key set for every rank (the job checks that at start-up).
-using mpi_train_keys =
-    dflash::key_set_cat_t<dflash::pipeline_keys<target_rank_twin<dflash::NullProfiler>>, dflash::pipeline_keys<drafter_rank_pipeline<dflash::NullProfiler>>>;
+using mpi_train_keys = dflash::pipeline_keys<mpi_train_pipeline<dflash::NullProfiler, dflash::host_stream_backend>>;
 
-/// The run-time shapes the CLI gives each rank's pipeline.
+/// The run-time shape the CLI gives the pipeline on `rank`: sizes, and which
+/// ranks run which stages (the target side on 0..T-1, the drafter side after).
 template <class P, class B>
-typename target_rank_pipeline<P, B>::shape_type target_shape(const Options& o) {
-  auto shape = target_rank_pipeline<P, B>::default_shape();
+typename mpi_train_pipeline<P, B>::shape_type mpi_shape(const Options& o, int rank) {
+  auto shape = mpi_train_pipeline<P, B>::default_shape();
   shape.workers[1] = static_cast<std::size_t>(o.target_workers);
   shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
   shape.depths[1] = static_cast<std::size_t>(o.post_link_depth);
-  return shape;
-}
-template <class P>
-typename drafter_rank_pipeline<P>::shape_type drafter_shape(const Options& o) {
-  auto shape = drafter_rank_pipeline<P>::default_shape();
-  shape.depths[1] = static_cast<std::size_t>(o.hs_queue_depth);
+  shape.depths[3] = static_cast<std::size_t>(o.hs_queue_depth);
+  std::vector<int> targets, drafters;
+  for (int r = 0; r < o.target_ranks + o.drafter_ranks; ++r) (r < o.target_ranks ? targets : drafters).push_back(r);
+  shape.ranks = {targets, targets, targets, drafters, drafters};
+  shape.rank = rank;
   return shape;
 }
 
@@ -109,9 +101,7 @@ int mpi_train_main(const Options& o, int argc, char** argv) {
     };
   }
   job.start(prof, jo);
-  std::vector<int> producers, consumers;
-  for (int r = 0; r < job.size(); ++r) (r < T ? producers : consumers).push_back(r);
-  hs_link link(job, producers, consumers);
+  using pipeline = mpi_train_pipeline<P, B>;
 
   RunResult r;
   const auto t0 = std::chrono::steady_clock::now();
@@ -120,21 +110,18 @@ int mpi_train_main(const Options& o, int argc, char** argv) {
     if (job.rank() == 0) {
       char head[160];
       std::snprintf(head, sizeof head, "MPI job: %d target ranks (0..%d), drafter rank %d, hs_net link depth %zu\n", T,
-                    T - 1, T, hs_link::depth);
+                    T - 1, T, pipeline::template link_kind<2>::depth);
       console.block(head + describe(setup, profiled));
     }
-    if (target) {
-      using pipeline = target_rank_pipeline<P, B>;
-      pipeline p(prof, target_shape<P, B>(o), batch_source(&setup, static_cast<std::int64_t>(job.rank()), static_cast<std::int64_t>(T)),
-                 target_forward<P, B>(prof, &setup, static_cast<std::size_t>(o.target_workers)),
-                 postprocess<P, B>(prof, &setup, nullptr), dflash::mpi::mpi_link_sink<P, hs_link>{&link, prof});
-      job.run(p);
-    } else {
-      using pipeline = drafter_rank_pipeline<P>;
-      Drafter drafter(setup.drafter_cfg);
-      pipeline p(prof, drafter_shape<P>(o), dflash::mpi::mpi_link_source<P, hs_link>{&link, prof}, unpack<P>{},
-                 drafter_train<P>(prof, &drafter, &r.log, &console, o.steps, o.progress_interval));
-      job.run(p);
+    // Every rank builds the whole pipeline; only its placed stages run (and get their objects' work).
+    Drafter drafter(setup.drafter_cfg);
+    pipeline p(prof, mpi_shape<P, B>(o, job.rank()),
+               batch_source(&setup, target ? static_cast<std::int64_t>(job.rank()) : 0, static_cast<std::int64_t>(T)),
+               target_forward<P, B>(prof, &setup, static_cast<std::size_t>(o.target_workers)),
+               postprocess<P, B>(prof, &setup, nullptr), unpack<P>{},
+               drafter_train<P>(prof, &drafter, &r.log, &console, o.steps, o.progress_interval));
+    job.run(p);
+    if (!target) {
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       print_result(console, r);
     }
@@ -147,9 +134,7 @@ int mpi_train_main(const Options& o, int argc, char** argv) {
       console.block("final job profile (whole run, every rank):\n" +
                     (json ? dflash::mpi::format_job_json(*res.profile) : dflash::mpi::format_job_table(*res.profile)));
       // Each rank's pipeline judged from its own snapshot: rank 0 knows every rank's role.
-      const auto target_layout = target_rank_pipeline<P, B>::layout(target_shape<P, B>(o));
-      const auto drafter_layout = drafter_rank_pipeline<P>::layout(drafter_shape<P>(o));
-      const auto layout_of = [&](int rank) { return rank < T ? target_layout : drafter_layout; };
+      const auto layout_of = [&](int rank) { return pipeline::local_layout(mpi_shape<P, B>(o, rank)); };
       console.block(std::string(json ? "" : "bottleneck per rank:\n") +
                     dflash::mpi::format_job_bottlenecks(*res.profile, layout_of,
                                                         json ? dflash::report_format::json : dflash::report_format::table) +

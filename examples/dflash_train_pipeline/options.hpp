@@ -36,6 +36,9 @@ struct Options {
   bool advice = false;                  ///< --advice: the periodic profile tables carry the bottleneck and what-ifs too
   std::vector<std::string> what_if;     ///< --what-if: configurations to predict from this run's profile
   double slow_drafter = 1;              ///< --slow-drafter F: each drafter step takes F times as long (CPU spin)
+  std::vector<int> gpus;                ///< --gpus: devices of the target workers (worker w on gpus[w % n]),
+                                        ///< postprocess on gpus[0]; empty = the current device. With --device
+                                        ///< cpu the host twin simulates gpus.size() devices (ids 0..n-1)
 };
 
 }  // namespace dflash_example

@@ -29,6 +29,14 @@ struct HsSlot : dflash::device_item<B> {
   std::int64_t step = 0;                   ///< host fields: set by the producer, read by the consumer's thread
   TokenBatch tokens;
   dflash::device_buffer<float, B> hidden;  ///< [docs, seq, feature] padded, written in stream order
+
+  /// A copy on the consumer's device (--gpus without peer access): the link
+  /// calls it on the consumer's stream after waiting for the producer.
+  void mirror_from(const HsSlot& src, const dflash::device_stream<B>& s) {
+    step = src.step;
+    tokens = src.tokens;
+    hidden.copy_from(src.hidden, s);
+  }
 };
 
 /// The drafter's CSR attention mask from a block-sparse mask that carries its

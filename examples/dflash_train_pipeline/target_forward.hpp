@@ -32,8 +32,24 @@ struct target_forward {
 
   target_forward(const P& p, const Setup* s, std::size_t workers) : prof(p), setup(s), staging(workers) {
     for (auto& st : staging) st = std::make_unique<upload>();
-    // The weights on the device once, scratch per worker sized for --seq-len (target_forward_gpu.hpp).
-    if constexpr (on_gpu) gpu = std::make_shared<target_forward_gpu>(s->target, s->opts.seq_len, workers);
+    // The weights once per device, scratch per worker sized for --seq-len
+    // (target_forward_gpu.hpp). --gpus: worker w runs on gpus[w % n], as the
+    // pipeline places it, and uses the forward made on that device.
+    if constexpr (on_gpu) {
+      const std::vector<int>& g = s->opts.gpus;
+      if (g.empty()) {
+        gpu.push_back(std::make_shared<target_forward_gpu>(s->target, s->opts.seq_len, workers));
+      } else {
+        B b;
+        const int was = b.current_device();
+        const std::size_t per_device = (workers + g.size() - 1) / g.size();
+        for (const int d : g) {
+          b.set_device(d);
+          gpu.push_back(std::make_shared<target_forward_gpu>(s->target, s->opts.seq_len, per_device));
+        }
+        b.set_device(was);
+      }
+    }
   }
 
   [[no_unique_address]] dflash::profiler_ref<P> prof;
@@ -48,7 +64,7 @@ struct target_forward {
       float* out = slot.hidden.ensure(n, s);
       {
         auto t = prof->scope("target_forward.model"_key);  // the host's part: checks, token upload, launches
-        gpu->enqueue(tb.tokens, tb.lengths, tb.seq, out, n, s.native(), worker);
+        gpu[worker % gpu.size()]->enqueue(tb.tokens, tb.lengths, tb.seq, out, n, s.native(), worker / gpu.size());
       }
       slot.step = b.step;
       slot.tokens = std::move(b.tokens);
@@ -86,7 +102,7 @@ struct target_forward {
     }
   };
   std::vector<std::unique_ptr<upload>> staging;  // one per worker (the host twin's path)
-  std::shared_ptr<target_forward_gpu> gpu;       // --device cuda only
+  std::vector<std::shared_ptr<target_forward_gpu>> gpu;  // --device cuda only: one per device (--gpus)
 };
 
 }  // namespace dflash_example

@@ -82,6 +82,10 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
   shape.depths[1] = static_cast<std::size_t>(o.post_link_depth);
   shape.depths[2] = static_cast<std::size_t>(o.hs_queue_depth);
+  if (!o.gpus.empty()) {  // --gpus: target workers spread over the devices, postprocess on the first
+    shape.devices[1].assign(o.gpus.begin(), o.gpus.end());
+    shape.devices[2] = {o.gpus.front()};
+  }
 
   Drafter drafter(setup.drafter_cfg);
   RunResult r;
@@ -89,6 +93,8 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   sink.slowdown = o.slow_drafter;
   pipeline p(prof, shape, batch_source(&setup), target_forward<P, B>(prof, &setup, targets),
              postprocess<P, B>(prof, &setup, device), std::move(sink));
+  if constexpr (std::is_same_v<B, dflash::host_stream_backend>)
+    if (!o.gpus.empty()) p.backend().simulate(static_cast<int>(o.gpus.size()), dflash::peer_access::none);
 
   const dflash::reporter_options ropt{
       o.profile_format == output_format::json ? dflash::report_format::json : dflash::report_format::table,
@@ -181,7 +187,18 @@ inline std::string describe(const Setup& s, bool profiled) {
                                               : "cpu (the asynchronous host twin: device work on executor threads)",
                 profiled ? "profiler: AccumulatingProfiler" : "profiler: NullProfiler (nothing recorded)",
                 Drafter(s.drafter_cfg).num_parameters());
-  return buf;
+  std::string text = buf;
+  if (!o.gpus.empty()) {  // --gpus: where the target workers and the postprocess run
+    std::string ids;
+    for (const int g : o.gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
+    text += "placement: target workers on devices " + ids + " (worker w on the (w mod " +
+            std::to_string(o.gpus.size()) + ")-th), postprocess on device " + std::to_string(o.gpus.front()) +
+            (o.device == device_kind::cpu ? " (the twin simulates " + std::to_string(o.gpus.size()) +
+                                                " devices without peer access: hidden states cross by peer copy)"
+                                          : "") +
+            "\n";
+  }
+  return text;
 }
 
 inline void print_result(Console& console, const RunResult& r) {
@@ -227,6 +244,17 @@ int train_main(int argc, char** argv) {
     if (const std::string why = device_postprocessor::probe(); !why.empty()) {
       std::cerr << self << ": error: --device cuda: " << why << "\n";
       return exit_device_unavailable;
+    }
+    if (!o.gpus.empty()) {  // --gpus: ids of visible devices, checked before any work
+      dflash::cuda_backend cuda;
+      const int n = cuda.device_count();
+      for (const int g : o.gpus)
+        if (g >= n) {
+          std::cerr << self << ": error: --gpus: device " << g << " does not exist (" << n
+                    << " CUDA device(s) visible: ids 0.." << n - 1 << ")\nRun with --help for the options.\n";
+          return exit_usage;
+        }
+      cuda.set_device(o.gpus.front());  // the postprocess's device: its state is made on it
     }
     device = std::make_unique<device_postprocessor>();
   }

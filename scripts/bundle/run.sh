@@ -203,6 +203,8 @@ for row in "${test_lines[@]}"; do
     result FAIL "test $name" "exit 0 without Catch's 'All tests passed' (${figures:-no summary}), ${d} s"
   elif timed_out "$rc"; then
     result FAIL "test $name" "timed out after ${l} s"
+  elif ((rc == 77)) && grep -q 'skipped: needs [0-9]* CUDA devices' "$logs/test-$name.log"; then
+    result SKIP "test $name" "$(first_line "$logs/test-$name.log" 'skipped')"
   elif ((rc == 77)); then
     result FAIL "test $name" "exit 77 (skipped) although DFLASH_REQUIRE_GPU=1: $(first_line "$logs/test-$name.log" 'skipped')"
   else

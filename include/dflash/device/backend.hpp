@@ -71,4 +71,19 @@ concept DeviceBackend = requires(B& b, const B& cb, typename B::stream_type s, t
   { cb.stats() } -> std::same_as<backend_stats>;
 };
 
+/// A backend with several devices, for placing stages on them (shape.devices):
+/// the current device is per thread, streams and events belong to the device
+/// current when they are made, and memory is reachable from another device
+/// only after enable_peer_access (or through copy_peer, which needs no peer access).
+template <class B>
+concept MultiDeviceBackend = DeviceBackend<B> && requires(B& b, const B& cb, typename B::stream_type s, void* p,
+                                                          const void* cp, std::size_t n, int d) {
+  { cb.device_count() } -> std::convertible_to<int>;
+  b.set_device(d);                                  // this thread's current device
+  { cb.current_device() } -> std::convertible_to<int>;
+  { cb.can_access_peer(d, d) } -> std::same_as<bool>;  // can device a access device b's memory?
+  b.enable_peer_access(d);                          // the current device may access d's memory (idempotent)
+  b.copy_peer(p, d, cp, d, n, s);                   // stream-ordered copy between two devices' memory
+};
+
 }  // namespace dflash

@@ -7,6 +7,9 @@
 //   event   cudaEvent_t, created with cudaEventDisableTiming unless timing is asked for
 //   memory  cudaMallocAsync / cudaFreeAsync: stream-ordered, no device-wide sync;
 //           the device's current pool keeps what is freed (see keep_pool_memory)
+//   devices cudaSetDevice is per host thread; a stream (and an event) belongs to
+//           the device current when it is made, and cudaEventRecord needs the
+//           event and the stream on the same device (cudaStreamWaitEvent does not)
 //
 // Every call checks its cudaError_t and throws std::runtime_error naming the
 // call (dflash/detail/cuda_check.hpp); check(s) reports, without blocking, a
@@ -23,6 +26,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "dflash/detail/cuda_check.hpp"
 #include "dflash/device/backend.hpp"
@@ -65,8 +69,56 @@ class cuda_backend {
     return {};
   }
 
+  // ---- devices -------------------------------------------------------------
+  /// Visible devices (cudaGetDeviceCount); std::runtime_error naming why when none is usable.
+  [[nodiscard]] int device_count() const {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: later calls must not report it again
+      throw std::runtime_error("dflash::cuda_backend: " + detail::no_cuda_device_reason(e));
+    }
+    return n;
+  }
+  /// The calling thread's current device (cudaSetDevice is per host thread).
+  void set_device(int d) { check(cudaSetDevice(d), "cudaSetDevice"); }
+  [[nodiscard]] int current_device() const {
+    int d = 0;
+    check(cudaGetDevice(&d), "cudaGetDevice");
+    return d;
+  }
+  [[nodiscard]] bool can_access_peer(int d, int peer) const {
+    if (d == peer) return false;
+    int ok = 0;
+    check(cudaDeviceCanAccessPeer(&ok, d, peer), "cudaDeviceCanAccessPeer");
+    return ok != 0;
+  }
+  /// The current device may access `peer`'s memory, both kinds of it:
+  /// cudaDeviceEnablePeerAccess covers cudaMalloc memory only; what allocate()
+  /// returns comes from peer's memory pool, whose accessibility is set apart
+  /// (cudaMemPoolSetAccess). Enabling twice is cudaErrorPeerAccessAlreadyEnabled,
+  /// no failure here: it is read and cleared so the next launch check does not report it.
+  void enable_peer_access(int peer) {
+    const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    else check(e, "cudaDeviceEnablePeerAccess");
+    cudaMemPool_t pool{};
+    check(cudaDeviceGetMemPool(&pool, peer), "cudaDeviceGetMemPool");
+    cudaMemAccessDesc desc{};
+    desc.location.type = cudaMemLocationTypeDevice;
+    desc.location.id = current_device();
+    desc.flags = cudaMemAccessFlagsProtReadWrite;
+    check(cudaMemPoolSetAccess(pool, &desc, 1), "cudaMemPoolSetAccess");
+  }
+  /// Stream-ordered copy between two devices' memory; needs no peer access.
+  void copy_peer(void* dst, int dst_dev, const void* src, int src_dev, std::size_t bytes, stream_type s) {
+    if (bytes) check(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, s), "cudaMemcpyPeerAsync");
+  }
+
+  // ---- streams -------------------------------------------------------------
+  /// A stream of the calling thread's current device.
   [[nodiscard]] stream_type create_stream() {
-    std::call_once(pool_once_, [] { keep_pool_memory(); });
+    keep_pool_memory_once();
     cudaStream_t s{};
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     return s;
@@ -150,13 +202,21 @@ class cuda_backend {
   // (device_buffer growth, per-item scratch): the pool keeps what it holds,
   // so steady-state allocation is served from it. Device-wide and for the
   // process: it sets the pool cudaMallocAsync uses (cudaDeviceGetMemPool) of
-  // the device current at the first create_stream, and only ever raises the
-  // threshold. The cost: memory freed into that pool stays reserved for it, so
+  // each device the first time a stream is made on it, and only ever raises
+  // the threshold. The cost: memory freed into that pool stays reserved for it, so
   // a program that also allocates with plain cudaMalloc (or another library)
   // and runs short should call cudaMemPoolTrimTo(pool, 0) between phases.
-  static void keep_pool_memory() {
+  void keep_pool_memory_once() {
     int dev = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
+    std::lock_guard lk(pool_m_);
+    const auto i = static_cast<std::size_t>(dev);
+    if (i < pools_done_.size() && pools_done_[i]) return;
+    keep_pool_memory(dev);
+    if (i >= pools_done_.size()) pools_done_.resize(i + 1, false);
+    pools_done_[i] = true;
+  }
+  static void keep_pool_memory(int dev) {
     cudaMemPool_t pool{};
     check(cudaDeviceGetMemPool(&pool, dev), "cudaDeviceGetMemPool");
     std::uint64_t threshold = 0;
@@ -169,9 +229,10 @@ class cuda_backend {
     if (e != cudaSuccess) detail::cuda_check(e, std::string("dflash::cuda_backend: ") + what);
   }
   detail::backend_counters stats_;
-  std::once_flag pool_once_;
+  std::mutex pool_m_;
+  std::vector<bool> pools_done_;  // devices whose pool keep_pool_memory already set
 };
 
-static_assert(DeviceBackend<cuda_backend>);
+static_assert(MultiDeviceBackend<cuda_backend>);
 
 }  // namespace dflash

@@ -28,6 +28,17 @@
 //
 // Destruction waits for the work in flight on every slot before its memory is
 // freed (teardown, not the per-item path).
+//
+// Devices (a MultiDeviceBackend; device_stream::device() says whose stream it
+// is): the producer and the consumer may be on different devices. A wait on
+// another device's event needs nothing more (CUDA allows it), but a record
+// needs an event of the stream's own device, so a slot keeps one event pair per
+// device it was used on (made on first use). The slot's memory is on its
+// producer's device; a consumer on another device reads it in place where the
+// backend grants peer access (enabled once per pair of devices), and otherwise
+// through an asynchronous peer copy into a mirror of the slot on its own device
+// (the item's mirror_from, MirrorableItem), enqueued on its stream after the
+// wait: no host synchronisation either way.
 
 #include <atomic>
 #include <cstddef>
@@ -35,9 +46,11 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "dflash/detail/capacity.hpp"
 #include "dflash/device/backend.hpp"
@@ -61,9 +74,16 @@ class device_channel {
 
  private:
   using B = backend_type;
+  struct events {
+    int device;
+    typename B::event_type ready{}, consumed{};
+  };
   struct slot {
     Item item{};
-    typename B::event_type ready{}, consumed{};
+    std::vector<events> ev;          // one pair per device the slot was used on
+    int ready_at = -1;               // ev index of the latest ready record (-1: none)
+    int consumed_at = -1;            // ev index of the latest consumed record
+    std::vector<std::pair<int, std::unique_ptr<Item>>> mirrors;  // per consumer device (peer copies)
   };
 
  public:
@@ -71,16 +91,18 @@ class device_channel {
   /// hand it back with publish/abandon or release.
   class slot_ref {
    public:
-    slot_ref(slot_ref&& o) noexcept : s_(std::exchange(o.s_, nullptr)), index_(o.index_) {}
+    slot_ref(slot_ref&& o) noexcept : s_(std::exchange(o.s_, nullptr)), index_(o.index_), item_(o.item_) {}
     slot_ref& operator=(slot_ref&&) = delete;
-    [[nodiscard]] Item& item() const noexcept { return s_->item; }
+    /// The slot's item, or its mirror on the consumer's device.
+    [[nodiscard]] Item& item() const noexcept { return *item_; }
     [[nodiscard]] std::size_t index() const noexcept { return index_; }
 
    private:
     friend class device_channel;
-    slot_ref(slot* s, std::size_t i) noexcept : s_(s), index_(i) {}
+    slot_ref(slot* s, std::size_t i, Item* item) noexcept : s_(s), index_(i), item_(item) {}
     slot* s_;
     std::size_t index_;
+    Item* item_;
   };
 
   device_channel(B& backend, std::size_t depth)
@@ -91,24 +113,9 @@ class device_channel {
   device_channel(B& backend, std::size_t depth, const P& prof)
       : b_(backend), depth_(checked(depth)), slots_(std::make_unique<slot[]>(depth)), free_(depth), ready_(depth),
         prof_(prof) {
-    std::size_t made = 0;
-    try {
-      for (; made < depth_; ++made) {
-        slots_[made].ready = b_.create_event(false);
-        try {
-          slots_[made].consumed = b_.create_event(false);
-        } catch (...) {
-          b_.destroy_event(slots_[made].ready);
-          throw;
-        }
-        if (free_.try_push(made) != queue_status::ok) throw std::logic_error("dflash::device_channel: free list");
-      }
-    } catch (...) {
-      for (std::size_t i = 0; i < made; ++i) {
-        b_.destroy_event(slots_[i].ready);
-        b_.destroy_event(slots_[i].consumed);
-      }
-      throw;
+    for (std::size_t i = 0; i < depth_; ++i) {
+      slots_[i].ev.reserve(1);
+      if (free_.try_push(i) != queue_status::ok) throw std::logic_error("dflash::device_channel: free list");
     }
   }
 
@@ -118,14 +125,16 @@ class device_channel {
   /// Waits (host-side, teardown only) for the work in flight on every slot,
   /// then frees the slots: no buffer is freed under running work.
   ~device_channel() {
-    for (std::size_t i = 0; i < depth_; ++i) {
-      quiet_wait(slots_[i].ready);
-      quiet_wait(slots_[i].consumed);
-    }
-    for (std::size_t i = 0; i < depth_; ++i) {
-      b_.destroy_event(slots_[i].ready);
-      b_.destroy_event(slots_[i].consumed);
-    }
+    for (std::size_t i = 0; i < depth_; ++i)
+      for (const events& e : slots_[i].ev) {
+        quiet_wait(e.ready);
+        quiet_wait(e.consumed);
+      }
+    for (std::size_t i = 0; i < depth_; ++i)
+      for (const events& e : slots_[i].ev) {
+        b_.destroy_event(e.ready);
+        b_.destroy_event(e.consumed);
+      }
   }
 
   // ---- producer ----------------------------------------------------------------
@@ -138,8 +147,9 @@ class device_channel {
       if (i) (void)free_.try_push(*i);
       return std::nullopt;
     }
-    b_.wait(s.native(), slots_[*i].consumed);
-    return slot_ref(&slots_[*i], *i);
+    slot& sl = slots_[*i];
+    if (sl.consumed_at >= 0) b_.wait(s.native(), sl.ev[static_cast<std::size_t>(sl.consumed_at)].consumed);
+    return slot_ref(&sl, *i, &sl.item);
   }
 
   /// Hands a filled slot to the consumers: records `ready` on `s` (after the
@@ -147,7 +157,10 @@ class device_channel {
   /// the slot recycled once the work enqueued on `s` is done with it.
   bool publish(slot_ref&& r, const stream_type& s) {
     const std::size_t i = take(r);
-    b_.record(slots_[i].ready, s.native());
+    slot& sl = slots_[i];
+    const std::size_t e = events_of(sl, s.device());
+    b_.record(sl.ev[e].ready, s.native());
+    sl.ready_at = static_cast<int>(e);
     // A blocking push: only K handles exist, so the ready list always has room,
     // but try_push can still see "full" while a consumer's pop of the slot
     // before it is half done; push() waits those few instructions out.
@@ -179,8 +192,17 @@ class device_channel {
       if (i) (void)free_.try_push(*i);
       return std::nullopt;
     }
-    if (!drop_this_wait()) b_.wait(s.native(), slots_[*i].ready);
-    return slot_ref(&slots_[*i], *i);
+    slot& sl = slots_[*i];
+    const int from = sl.ready_at >= 0 ? sl.ev[static_cast<std::size_t>(sl.ready_at)].device : s.device();
+    if (!drop_this_wait()) b_.wait(s.native(), sl.ev[static_cast<std::size_t>(sl.ready_at)].ready);
+    if (from == s.device()) return slot_ref(&sl, *i, &sl.item);
+    try {
+      if (reachable(s.device(), from)) return slot_ref(&sl, *i, &sl.item);
+      return slot_ref(&sl, *i, &mirror(sl, from, s));
+    } catch (...) {
+      recycle(*i, s);  // the slot goes back; the consumer reports the error
+      throw;
+    }
   }
 
   /// Returns a read slot: records `consumed` on `s` (after the work that reads
@@ -196,6 +218,9 @@ class device_channel {
   void drop_ready_wait_for_testing(std::uint64_t nth) noexcept {
     drop_at_.store(pops_.load(std::memory_order_relaxed) + nth, std::memory_order_relaxed);
   }
+  /// Test hook: consumers on another device than the producer always take the
+  /// peer-copy path, as without peer access (so a GPU pair with peer access tests it too).
+  void force_peer_copy_for_testing() noexcept { force_copy_.store(true, std::memory_order_relaxed); }
 
  private:
   static std::size_t checked(std::size_t depth) {
@@ -210,8 +235,81 @@ class device_channel {
   // stream it runs on. A blocking push for the reason publish() gives; it
   // fails only after cancel(), when no one acquires again.
   void recycle(std::size_t i, const stream_type& s) {
-    b_.record(slots_[i].consumed, s.native());
+    slot& sl = slots_[i];
+    const std::size_t e = events_of(sl, s.device());
+    b_.record(sl.ev[e].consumed, s.native());
+    sl.consumed_at = static_cast<int>(e);
     (void)free_.push(i);
+  }
+  // The slot's event pair of device d, made on first use (on d: a record
+  // needs an event of its stream's device). Only the slot's holder calls it.
+  std::size_t events_of(slot& sl, int d) {
+    for (std::size_t k = 0; k < sl.ev.size(); ++k)
+      if (sl.ev[k].device == d) return k;
+    on_device(d, [&] {
+      events e{d, b_.create_event(false), {}};
+      try {
+        e.consumed = b_.create_event(false);
+        sl.ev.push_back(e);
+      } catch (...) {
+        b_.destroy_event(e.ready);
+        if (e.consumed) b_.destroy_event(e.consumed);
+        throw;
+      }
+    });
+    return sl.ev.size() - 1;
+  }
+  // Runs f with d as this thread's current device (a worker's thread already is on it).
+  template <class F>
+  void on_device(int d, F&& f) {
+    if constexpr (MultiDeviceBackend<B>) {
+      const int was = b_.current_device();
+      if (was == d) return f();
+      b_.set_device(d);
+      try {
+        f();
+      } catch (...) {
+        b_.set_device(was);
+        throw;
+      }
+      b_.set_device(was);
+    } else {
+      f();
+    }
+  }
+  // Can device d's work read device p's memory? Asked once per pair: where
+  // the backend can, peer access is enabled then (from d).
+  bool reachable(int d, int p) {
+    if constexpr (MultiDeviceBackend<B>) {
+      if (force_copy_.load(std::memory_order_relaxed)) return false;
+      std::lock_guard lk(route_m_);
+      for (const route& r : routes_)
+        if (r.from == d && r.to == p) return r.peer;
+      const bool peer = b_.can_access_peer(d, p);
+      if (peer) on_device(d, [&] { b_.enable_peer_access(p); });
+      routes_.push_back({d, p, peer});
+      return peer;
+    } else {
+      return false;
+    }
+  }
+  // The slot's item copied, in stream order on s, into its mirror on s's device.
+  Item& mirror(slot& sl, int from, const stream_type& s) {
+    if constexpr (MirrorableItem<Item>) {
+      Item* m = nullptr;
+      for (auto& [d, it] : sl.mirrors)
+        if (d == s.device()) m = it.get();
+      if (!m) m = sl.mirrors.emplace_back(s.device(), std::make_unique<Item>()).second.get();
+      m->mirror_from(sl.item, s);
+      return *m;
+    } else {
+      throw std::invalid_argument("dflash::device_channel '" + std::string(Name.view()) + "': the consumer on device " +
+                                  std::to_string(s.device()) + " cannot reach the slot's memory on device " +
+                                  std::to_string(from) +
+                                  " (no peer access), and the item type has no mirror_from(const Item&, const "
+                                  "device_stream<B>&) to copy it over: give it one (MirrorableItem), or place both "
+                                  "stages on devices with peer access");
+    }
   }
   static std::size_t take(slot_ref& r) {
     if (r.s_ == nullptr) throw std::logic_error("dflash::device_channel: slot handed back twice");
@@ -247,6 +345,13 @@ class device_channel {
   [[no_unique_address]] profiler_ref<P> prof_;
   std::atomic<bool> cancelled_{false};
   std::atomic<std::uint64_t> pops_{0}, drop_at_{0};
+  std::atomic<bool> force_copy_{false};
+  struct route {
+    int from, to;
+    bool peer;
+  };
+  std::mutex route_m_;
+  std::vector<route> routes_;  // pairs of devices asked about peer access, and the answer
 };
 
 }  // namespace dflash

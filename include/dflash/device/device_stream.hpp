@@ -37,16 +37,19 @@ inline std::size_t checked_bytes(std::size_t n, std::size_t elem, const char* wh
 }
 }  // namespace detail
 
-/// A backend and one of its streams: the argument device stages receive.
+/// A backend, one of its streams and the device the stream belongs to: the
+/// argument device stages receive.
 template <DeviceBackend B>
 class device_stream {
  public:
   using backend_type = B;
   using native_type = typename B::stream_type;
 
-  device_stream(B& b, native_type s) noexcept : b_(&b), s_(s) {}
+  device_stream(B& b, native_type s, int device = 0) noexcept : b_(&b), s_(s), device_(device) {}
 
   [[nodiscard]] B& backend() const noexcept { return *b_; }
+  /// The device the stream (and memory allocated on it) belongs to.
+  [[nodiscard]] int device() const noexcept { return device_; }
   /// cudaStream_t for kernel launches (cuda_backend); the executor for the host twin.
   [[nodiscard]] native_type native() const noexcept { return s_; }
 
@@ -62,11 +65,15 @@ class device_stream {
  private:
   B* b_;
   native_type s_;
+  int device_;
 };
 
 /// Device memory for n Ts. ensure(n, s) grows it in stream order: the old
 /// block is freed after the work already on s, the new one is usable by work
-/// enqueued on s after the call. Contents are not kept when it grows.
+/// enqueued on s after the call. Contents are not kept when it grows. It lives
+/// on the device of the stream that last grew it; ensure() on another device's
+/// stream moves it there (a slot filled by workers on several devices is
+/// always on its current producer's device).
 template <class T, DeviceBackend B>
 class device_buffer {
   static_assert(std::is_trivially_copyable_v<T>, "dflash::device_buffer<T, B>: T must be trivially copyable");
@@ -77,7 +84,7 @@ class device_buffer {
   device_buffer& operator=(const device_buffer&) = delete;
   device_buffer(device_buffer&& o) noexcept
       : b_(std::exchange(o.b_, nullptr)), p_(std::exchange(o.p_, nullptr)), size_(std::exchange(o.size_, 0)),
-        cap_(std::exchange(o.cap_, 0)) {}
+        cap_(std::exchange(o.cap_, 0)), dev_(o.dev_) {}
   /// Frees at once: the owner guarantees no work on it is in flight (device
   /// links synchronise before their slots are destroyed).
   ~device_buffer() {
@@ -87,7 +94,7 @@ class device_buffer {
   /// Room for n elements (size() becomes n); returns data().
   /// std::length_error if n * sizeof(T) does not fit size_t.
   T* ensure(std::size_t n, const device_stream<B>& s) {
-    if (n > cap_ || p_ == nullptr) {
+    if (n > cap_ || p_ == nullptr || dev_ != s.device()) {
       const std::size_t bytes = detail::checked_bytes(n == 0 ? 1 : n, sizeof(T), "dflash::device_buffer::ensure");
       if (p_) s.backend().deallocate(p_, s.native());
       p_ = nullptr;
@@ -95,12 +102,31 @@ class device_buffer {
       b_ = &s.backend();
       p_ = static_cast<T*>(b_->allocate(bytes, s.native()));
       cap_ = n == 0 ? 1 : n;
+      dev_ = s.device();
     }
     size_ = n;
     return p_;
   }
 
+  /// Makes this a copy of `src` (its size and contents), on s's device, in
+  /// stream order on s; src may live on another device (a peer copy, which
+  /// needs no peer access). For a DeviceItem's mirror_from.
+  void copy_from(const device_buffer& src, const device_stream<B>& s) {
+    T* d = ensure(src.size(), s);
+    const std::size_t bytes = src.size() * sizeof(T);
+    if (bytes == 0) return;
+    if (src.dev_ == dev_) {
+      s.copy(d, src.data(), bytes);
+    } else if constexpr (MultiDeviceBackend<B>) {
+      s.backend().copy_peer(d, dev_, src.data(), src.dev_, bytes, s.native());
+    } else {
+      throw std::logic_error("dflash::device_buffer::copy_from: a copy between devices needs a MultiDeviceBackend");
+    }
+  }
+
   [[nodiscard]] T* data() const noexcept { return p_; }
+  /// The device the memory is on (meaningful once allocated).
+  [[nodiscard]] int device() const noexcept { return dev_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
 
@@ -108,6 +134,7 @@ class device_buffer {
   B* b_ = nullptr;
   T* p_ = nullptr;
   std::size_t size_ = 0, cap_ = 0;
+  int dev_ = 0;
 };
 
 /// Host memory device work can copy from / into asynchronously (pinned with
@@ -160,5 +187,14 @@ struct device_item {
 template <class T>
 concept DeviceItem = requires { typename T::backend_type; } && DeviceBackend<typename T::backend_type> &&
                      std::derived_from<T, device_item<typename T::backend_type>> && std::default_initializable<T>;
+
+/// A device item a link can copy to another device when the consumer's device
+/// cannot reach the producer's memory (no peer access): `dst.mirror_from(src, s)`
+/// copies the host fields and, with device_buffer::copy_from, every buffer, in
+/// stream order on s (the consumer's stream, on the consumer's device).
+template <class T>
+concept MirrorableItem = DeviceItem<T> && requires(T& dst, const T& src, const device_stream<typename T::backend_type>& s) {
+  dst.mirror_from(src, s);
+};
 
 }  // namespace dflash

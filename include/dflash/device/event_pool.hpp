@@ -2,9 +2,12 @@
 // event_pool<B>: events for values that device work is still writing when they
 // cross a host link (pending<T, B> in pipeline/item.hpp). An event goes back
 // once its waiter has captured it; release() never allocates, so it is safe
-// on the path that cannot fail.
+// on the path that cannot fail. Events are kept per device: a record needs
+// an event of its stream's device.
 
+#include <cstddef>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "dflash/device/backend.hpp"
@@ -18,30 +21,38 @@ class event_pool {
   event_pool(const event_pool&) = delete;
   event_pool& operator=(const event_pool&) = delete;
   ~event_pool() {
-    for (auto e : all_) b_.destroy_event(e);
+    for (auto [e, d] : all_) b_.destroy_event(e);
   }
-  typename B::event_type acquire() {
+  /// An event of `device`, which must be the calling thread's current device
+  /// (a record needs an event of its stream's device).
+  typename B::event_type acquire(int device = 0) {
     std::lock_guard lk(m_);
-    if (!free_.empty()) {
-      auto e = free_.back();
-      free_.pop_back();
-      return e;
-    }
+    for (std::size_t k = 0; k < free_.size(); ++k)
+      if (free_[k].second == device) {
+        const auto e = free_[k].first;
+        free_[k] = free_.back();
+        free_.pop_back();
+        return e;
+      }
     all_.reserve(all_.size() + 1);
     free_.reserve(all_.size() + 1);  // release() never allocates
     auto e = b_.create_event(false);
-    all_.push_back(e);
+    all_.emplace_back(e, device);
     return e;
   }
   void release(typename B::event_type e) noexcept {
     std::lock_guard lk(m_);
-    free_.push_back(e);
+    for (auto [a, d] : all_)
+      if (a == e) {
+        free_.emplace_back(e, d);
+        return;
+      }
   }
 
  private:
   B& b_;
   std::mutex m_;
-  std::vector<typename B::event_type> all_, free_;
+  std::vector<std::pair<typename B::event_type, int>> all_, free_;  // (event, its device)
 };
 
 }  // namespace dflash::detail

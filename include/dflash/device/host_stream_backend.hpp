@@ -7,6 +7,13 @@
 //           wait(s, e) enqueues, on s, "block until the marker captured now
 //           has run" (the host thread that called wait() never blocks);
 //   memory  host memory; deallocate is stream-ordered (runs after prior work).
+//   devices simulated: host_stream_backend(n, peer_access) has n devices; the
+//           current device is per thread (set_device), a stream and an event
+//           belong to the device current when they were made, an allocation
+//           to its stream's device. Work that touches another device's buffer
+//           without peer access enabled (copy, or a kernel's check_access)
+//           fails its stream, as the unreachable memory would on a GPU; so
+//           does recording an event on another device's stream (CUDA rejects it).
 //
 // Because work really runs later on another thread, a stage that forgets a
 // wait reads data that is not written yet: a wrong result, and a data race
@@ -26,6 +33,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -33,10 +41,14 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "dflash/device/backend.hpp"
 
 namespace dflash {
+
+/// Which pairs of the twin's simulated devices can reach each other's memory.
+enum class peer_access { all, none };
 
 class host_stream_backend {
  public:
@@ -48,14 +60,89 @@ class host_stream_backend {
   using stream_type = stream_state*;
   using event_type = event_state*;
 
-  host_stream_backend() = default;
+  host_stream_backend() : host_stream_backend(1, peer_access::all) {}
+  /// `devices` simulated devices (at least 1); `peers`: whether a device may enable access to another's memory.
+  explicit host_stream_backend(int devices, peer_access peers = peer_access::all) { simulate(devices, peers); }
   host_stream_backend(const host_stream_backend&) = delete;
   host_stream_backend& operator=(const host_stream_backend&) = delete;
 
+  /// Re-shapes the simulated devices; only before any stream exists
+  /// (std::logic_error otherwise; std::invalid_argument for devices < 1).
+  void simulate(int devices, peer_access peers) {
+    if (devices < 1)
+      throw std::invalid_argument("dflash::host_stream_backend: simulate at least 1 device (got " +
+                                  std::to_string(devices) + ")");
+    std::lock_guard lk(dev_m_);
+    if (streams_.load(std::memory_order_relaxed) != 0)
+      throw std::logic_error("dflash::host_stream_backend::simulate: streams exist; reshape the devices before any is made");
+    devices_ = devices;
+    peers_ = peers;
+    enabled_.assign(static_cast<std::size_t>(devices) * static_cast<std::size_t>(devices), false);
+  }
+
+  // ---- devices -------------------------------------------------------------
+  [[nodiscard]] int device_count() const noexcept { return devices_; }
+  /// The calling thread's current device (like cudaSetDevice: per thread).
+  void set_device(int d) {
+    if (d < 0 || d >= devices_)
+      throw std::invalid_argument("dflash::host_stream_backend::set_device: device " + std::to_string(d) +
+                                  " does not exist (" + std::to_string(devices_) + " simulated)");
+    current() = d;
+  }
+  [[nodiscard]] int current_device() const noexcept { return current(); }
+  [[nodiscard]] bool can_access_peer(int d, int peer) const noexcept {
+    return d != peer && peers_ == peer_access::all && valid(d) && valid(peer);
+  }
+  /// The current device may access `peer`'s memory from now on (idempotent).
+  void enable_peer_access(int peer) {
+    const int d = current();
+    if (!can_access_peer(d, peer))
+      throw std::runtime_error("dflash::host_stream_backend::enable_peer_access: device " + std::to_string(d) +
+                               " cannot access device " + std::to_string(peer));
+    std::lock_guard lk(dev_m_);
+    enabled_[index(d, peer)] = true;
+  }
+  /// Stream-ordered copy from `src` on src_dev to `dst` on dst_dev: needs no
+  /// peer access (the peer copy the link falls back on).
+  void copy_peer(void* dst, int dst_dev, const void* src, int src_dev, std::size_t bytes, stream_type s) {
+    if (bytes == 0) return;
+    enqueue(s, [this, dst, dst_dev, src, src_dev, bytes] {
+      owned_by(dst, dst_dev, "destination");
+      owned_by(src, src_dev, "source");
+      std::memcpy(dst, src, bytes);
+    });
+  }
+  /// A kernel's access check, called from work running on `s`: throws (and so
+  /// fails the stream) if `p` is another device's memory this one cannot reach.
+  void check_access(const void* p, stream_type s) const {
+    const int owner = owner_of(p);
+    if (owner < 0 || owner == s->device() || peer_enabled(s->device(), owner)) return;
+    throw std::logic_error("dflash::host_stream_backend: work on device " + std::to_string(s->device()) +
+                           " touches memory of device " + std::to_string(owner) +
+                           " without peer access: the link must make the slot reachable (peer access or a peer copy)");
+  }
+  /// The device `p` was allocated on, or -1 for memory that is not device memory of this backend.
+  [[nodiscard]] int owner_of(const void* p) const {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard lk(dev_m_);
+    auto it = allocs_.upper_bound(a);
+    if (it == allocs_.begin()) return -1;
+    --it;
+    return a < it->first + it->second.bytes ? it->second.device : -1;
+  }
+
   // ---- streams -------------------------------------------------------------
-  [[nodiscard]] stream_type create_stream() { return new stream_state(); }
+  /// A stream of the calling thread's current device.
+  [[nodiscard]] stream_type create_stream() {
+    streams_.fetch_add(1, std::memory_order_relaxed);
+    return new stream_state(current());
+  }
   /// Runs what is still enqueued, then ends the executor thread.
-  void destroy_stream(stream_type s) noexcept { delete s; }
+  void destroy_stream(stream_type s) noexcept {
+    if (!s) return;
+    delete s;
+    streams_.fetch_sub(1, std::memory_order_relaxed);
+  }
 
   /// Work for the stream's thread (the twin's "kernel launch").
   template <class F>
@@ -66,11 +153,15 @@ class host_stream_backend {
   // ---- events --------------------------------------------------------------
   [[nodiscard]] event_type create_event(bool timing) {
     if (timing) stats_.bump(stats_.timing_events);
-    return new event_state();
+    return new event_state(current());
   }
   void destroy_event(event_type e) noexcept { delete e; }
 
   void record(event_type e, stream_type s) {
+    if (e->device() != s->device())
+      throw std::logic_error("dflash::host_stream_backend::record: an event of device " + std::to_string(e->device()) +
+                             " recorded on a stream of device " + std::to_string(s->device()) +
+                             " (CUDA requires both on the same device)");
     stats_.bump(stats_.records);
     s->push([m = e->begin_record(), s] { m->complete(s->error()); }, true);
   }
@@ -109,14 +200,19 @@ class host_stream_backend {
   }
 
   // ---- memory --------------------------------------------------------------
-  [[nodiscard]] void* allocate(std::size_t bytes, stream_type) {
-    return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{256});
+  /// Memory of s's device (of the current device when s is null).
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_type s) {
+    const std::size_t n = bytes == 0 ? 1 : bytes;
+    void* p = ::operator new(n, std::align_val_t{256});
+    std::lock_guard lk(dev_m_);
+    allocs_[reinterpret_cast<std::uintptr_t>(p)] = {n, s ? s->device() : current()};
+    return p;
   }
   /// s == nullptr: now (the caller knows no work on p is in flight).
   void deallocate(void* p, stream_type s) {
     if (!p) return;
-    if (!s) ::operator delete(p, std::align_val_t{256});
-    else s->push([p] { ::operator delete(p, std::align_val_t{256}); }, true);
+    if (!s) free_now(p);
+    else s->push([this, p] { free_now(p); }, true);
   }
   [[nodiscard]] void* allocate_host(std::size_t bytes) { return ::operator new(bytes == 0 ? 1 : bytes); }
   void deallocate_host(void* p) noexcept { ::operator delete(p); }
@@ -133,7 +229,11 @@ class host_stream_backend {
       });
       return;
     }
-    enqueue(s, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    enqueue(s, [this, dst, src, bytes, s] {
+      check_access(dst, s);
+      check_access(src, s);
+      std::memcpy(dst, src, bytes);
+    });
   }
 
   void check(stream_type s) const {
@@ -145,7 +245,8 @@ class host_stream_backend {
   // ---- the executor and the marker -------------------------------------------
   class stream_state {
    public:
-    stream_state() : thread_([this] { run(); }) {}
+    explicit stream_state(int device = 0) : device_(device), thread_([this] { run(); }) {}
+    [[nodiscard]] int device() const noexcept { return device_; }
     stream_state(const stream_state&) = delete;
     stream_state& operator=(const stream_state&) = delete;
     ~stream_state() {
@@ -181,6 +282,7 @@ class host_stream_backend {
       bool control;
     };
     void run() {
+      current() = device_;  // work on this stream runs on its device
       for (;;) {
         task t;
         {
@@ -203,6 +305,7 @@ class host_stream_backend {
     std::condition_variable cv_;
     std::deque<task> tasks_;
     bool stopping_ = false;
+    const int device_;
     mutable std::mutex err_m_;
     std::exception_ptr error_;
     std::thread thread_;  // last: starts after every other member exists
@@ -245,6 +348,8 @@ class host_stream_backend {
 
   class event_state {
    public:
+    explicit event_state(int device = 0) noexcept : device_(device) {}
+    [[nodiscard]] int device() const noexcept { return device_; }
     /// A fresh marker becomes the event's state (what later waits capture).
     std::shared_ptr<marker> begin_record() {
       auto m = std::make_shared<marker>();
@@ -259,14 +364,52 @@ class host_stream_backend {
     }
 
    private:
+    const int device_;
     mutable std::mutex m_;
     std::shared_ptr<marker> latest_;
   };
 
  private:
+  struct allocation {
+    std::size_t bytes;
+    int device;
+  };
+  static int& current() noexcept {
+    thread_local int d = 0;
+    return d;
+  }
+  [[nodiscard]] bool valid(int d) const noexcept { return d >= 0 && d < devices_; }
+  [[nodiscard]] std::size_t index(int d, int peer) const noexcept {
+    return static_cast<std::size_t>(d) * static_cast<std::size_t>(devices_) + static_cast<std::size_t>(peer);
+  }
+  [[nodiscard]] bool peer_enabled(int d, int peer) const {
+    if (!valid(d) || !valid(peer)) return false;
+    std::lock_guard lk(dev_m_);
+    return enabled_[index(d, peer)];
+  }
+  void owned_by(const void* p, int d, const char* which) const {
+    const int owner = owner_of(p);
+    if (owner >= 0 && owner != d)
+      throw std::logic_error(std::string("dflash::host_stream_backend::copy_peer: the ") + which + " is memory of device " +
+                             std::to_string(owner) + ", not of device " + std::to_string(d));
+  }
+  void free_now(void* p) noexcept {
+    {
+      std::lock_guard lk(dev_m_);
+      allocs_.erase(reinterpret_cast<std::uintptr_t>(p));
+    }
+    ::operator delete(p, std::align_val_t{256});
+  }
+
+  int devices_ = 1;
+  peer_access peers_ = peer_access::all;
+  mutable std::mutex dev_m_;
+  std::vector<bool> enabled_;                         // [device * n + peer]: device may access peer's memory
+  std::map<std::uintptr_t, allocation> allocs_;        // live device memory, by start address
+  std::atomic<std::size_t> streams_{0};
   detail::backend_counters stats_;
 };
 
-static_assert(DeviceBackend<host_stream_backend>);
+static_assert(MultiDeviceBackend<host_stream_backend>);
 
 }  // namespace dflash

@@ -55,15 +55,9 @@ struct wire<dflash::detail::sequenced<T, Tag>> {
 };
 
 template <fixed_string Name, std::size_t Depth>
-struct net_link {
+struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_values, /*crosses_processes=*/true,
+                               analysis::link_kind::queue> {
   static_assert(Depth > 0, "dflash::mpi::net_link<Name, Depth>: Depth must be at least 1");
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  using keys = queue_keys<Name>;
-  using consumer_threads = consumer_on_own_threads;
-  using carries = carries_values;
-  static constexpr bool crosses_processes = true;
-  static constexpr analysis::link_kind model = analysis::link_kind::queue;
 
   template <class Item, class P>
   class endpoint {
@@ -91,6 +85,10 @@ struct net_link {
       throw std::invalid_argument("dflash::mpi::net_link \"" + std::string(Name.view()) +
                                   "\": place the stages on either side on ranks (pipeline_shape::ranks); a net_link "
                                   "joins stages that run in different processes");
+    if (c.depth != Depth)
+      throw std::invalid_argument("dflash::mpi::net_link \"" + std::string(Name.view()) + "\": its depth (credits per "
+                                  "producer rank) is the compile-time " + std::to_string(Depth) + ", got " +
+                                  std::to_string(c.depth) + " in the shape; change net_link<Name, Depth> instead");
     job* j = job::current();
     if (!j)
       throw std::logic_error("dflash::mpi::net_link \"" + std::string(Name.view()) +

@@ -204,4 +204,32 @@ Shape checked_shape(const Shape& s) {
   return s;
 }
 
+/// Device placement (shape.devices) against the backend's `count` devices,
+/// at run(): std::invalid_argument for an id that does not exist or devices
+/// given to a stage that has no stream to place.
+template <class T, class Shape, class CountDevices>
+void check_devices(const Shape& s, CountDevices&& count) {
+  bool any = false;
+  for (const auto& d : s.devices) any = any || !d.empty();
+  if (!any) return;
+  const int n = count();
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (([&] {
+       const auto stage = "dflash::Pipeline: stage " + std::to_string(I) + " ('" +
+                          std::string(T::template stage_type<I>::name.view()) + "')";
+       if (s.devices[I].empty()) return;
+       if constexpr (!T::template device_stage<I>)
+         throw std::invalid_argument(stage + " is placed on devices (shape.devices), but it is not a device stage: "
+                                     "only a stage next to a device_link has a stream to place");
+       for (const int d : s.devices[I])
+         if (d < 0 || d >= n)
+           throw std::invalid_argument(stage + ": device " + std::to_string(d) + " in shape.devices does not exist (" +
+                                       (n > 0 ? std::to_string(n) + " device(s): ids 0.." + std::to_string(n - 1)
+                                              : std::string("the backend has no device")) +
+                                       ")");
+     }()),
+     ...);
+  }(std::make_index_sequence<T::stage_count>{});
+}
+
 }  // namespace dflash::detail

@@ -6,6 +6,7 @@
 // output when its last worker exits. The facade (pipeline.hpp) owns one and
 // starts the agents; nothing here knows a link kind by name.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "dflash/device/event_pool.hpp"
+#include "dflash/pipeline/checks.hpp"
 #include "dflash/pipeline/agents/segment_sync.hpp"
 #include "dflash/pipeline/in_order.hpp"
 #include "dflash/pipeline/item.hpp"
@@ -113,6 +115,7 @@ class pipeline_core {
     using B = backend_type;
     B backend;
     std::array<std::vector<typename B::stream_type>, stage_count> streams{};
+    std::array<std::vector<int>, stage_count> devices{};  // the device of each stream (placement)
     std::array<std::unique_ptr<event_pool<B>>, link_count> pools{};
   };
   // The stamps of device links' slots, by slot index: the user's device item
@@ -148,6 +151,8 @@ class pipeline_core {
   }
   [[nodiscard]] auto& backend() noexcept { return dev_.backend; }
   [[nodiscard]] auto& streams(std::size_t i) noexcept { return dev_.streams[i]; }
+  /// The device of worker w of device stage i (its stream's).
+  [[nodiscard]] int device(std::size_t i, std::size_t w) const noexcept { return dev_.devices[i][w]; }
   [[nodiscard]] auto& pool(std::size_t l) noexcept { return *dev_.pools[l]; }
   [[nodiscard]] segment_sync& segment(std::size_t first) noexcept { return segs_[first]; }
   template <std::size_t I>
@@ -345,15 +350,36 @@ class pipeline_core {
   }
 
   // ---- device streams: one per worker of each device stage, made by run() ----
+  // Each on its worker's device (shape.devices), checked against the backend's
+  // device count first; the run() thread's current device is left as it was.
   void make_streams() {
     if constexpr (topo::has_device_links) {
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (([&] {
-           if constexpr (topo::template device_stage<I>)
-             for (std::size_t w = 0; w < threads_of<I>(); ++w) dev_.streams[I].push_back(dev_.backend.create_stream());
-         }()),
-         ...);
-      }(std::make_index_sequence<stage_count>{});
+      auto& b = dev_.backend;
+      check_devices<topo>(shape_, [&] {
+        if constexpr (MultiDeviceBackend<backend_type>) return b.device_count();
+        else return 1;
+      });
+      [[maybe_unused]] int was = 0;
+      if constexpr (MultiDeviceBackend<backend_type>) was = std::min(b.current_device(), b.device_count() - 1);
+      try {
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          (([&] {
+             if constexpr (topo::template device_stage<I>)
+               for (std::size_t w = 0; w < threads_of<I>(); ++w) {
+                 const int placed = shape_.device_of(I, w);
+                 const int d = placed < 0 ? was : placed;
+                 if constexpr (MultiDeviceBackend<backend_type>) b.set_device(d);
+                 dev_.streams[I].push_back(b.create_stream());
+                 dev_.devices[I].push_back(d);
+               }
+           }()),
+           ...);
+        }(std::make_index_sequence<stage_count>{});
+      } catch (...) {
+        if constexpr (MultiDeviceBackend<backend_type>) b.set_device(was);
+        throw;
+      }
+      if constexpr (MultiDeviceBackend<backend_type>) b.set_device(was);
     }
   }
 
@@ -383,6 +409,7 @@ class pipeline_core {
         for (auto st : v) dev_.backend.destroy_stream(st);
         v.clear();
       }
+      for (auto& v : dev_.devices) v.clear();
     }
   }
 

@@ -4,6 +4,7 @@
 // says how it is modelled (Link::model). Built on demand, never on a hot path.
 
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,24 @@ analysis::pipeline_layout layout_of(const Shape& s) {
     (out.links.push_back({std::string(T::template link_kind<L>::name.view()), T::template link_kind<L>::model, s.depths[L]}),
      ...);
   }(std::make_index_sequence<T::link_count>{});
+  return out;
+}
+
+/// The part of layout_of that runs in this process (shape.ranks, shape.rank):
+/// its stages and the links between them — what one rank's profile can judge.
+template <class T, class Shape>
+analysis::pipeline_layout local_layout_of(const Shape& s) {
+  const analysis::pipeline_layout all = layout_of<T>(s);
+  analysis::pipeline_layout out;
+  out.device_work_on_cpu = all.device_work_on_cpu;
+  for (std::size_t i = 0; i < all.stages.size(); ++i) {
+    if (!s.here(i)) continue;
+    if (!out.stages.empty() && !s.here(i - 1))
+      throw std::invalid_argument("dflash::Pipeline::local_layout: the stages placed on rank " + std::to_string(s.rank) +
+                                  " are not one run of adjacent stages, so they form no pipeline to analyse");
+    if (!out.stages.empty()) out.links.push_back(all.links[i - 1]);
+    out.stages.push_back(all.stages[i]);
+  }
   return out;
 }
 

@@ -37,6 +37,7 @@
 #include "dflash/analysis/pipeline_layout.hpp"
 #include "dflash/profile/fixed_string.hpp"
 #include "dflash/profile/key.hpp"
+#include "dflash/queue/queue_keys.hpp"
 
 namespace dflash {
 
@@ -60,6 +61,32 @@ struct link_context {
 
 /// The endpoint of a link kind that needs no run-time object (direct_link).
 struct no_endpoint {};
+
+/// The plain answers most link kinds give, as a base: the name and default
+/// depth, "<Name>.push_wait" / "<Name>.pop_wait" keys, where the consumer
+/// runs, what crosses, whether it joins processes, how the analysis models it,
+/// no requirement beyond matching types, and closing as the endpoint's own
+/// close(). A kind derives from it and adds its endpoint, open and cancel (and
+/// may hide any answer).
+template <fixed_string Name, std::size_t Depth, class ConsumerThreads, class Carries, bool CrossesProcesses,
+          analysis::link_kind Model>
+struct link_answers {
+  static constexpr auto name = Name;
+  static constexpr std::size_t depth = Depth;
+  using keys = key_set<name_cat<Name, ".push_wait">, name_cat<Name, ".pop_wait">>;
+  using consumer_threads = ConsumerThreads;
+  using carries = Carries;
+  static constexpr bool crosses_processes = CrossesProcesses;
+  static constexpr analysis::link_kind model = Model;
+  template <class Topology, std::size_t L>
+  static consteval bool check() {
+    return true;  // any two stages whose types match (checked for every link)
+  }
+  template <class E>
+  static void close(E& e) noexcept {
+    e.close();
+  }
+};
 
 namespace detail {
 template <class T>

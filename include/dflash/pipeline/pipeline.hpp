@@ -127,6 +127,10 @@ class Pipeline {
   /// The topology with a shape as plain data, for the analysis (analysis/bottleneck.hpp).
   [[nodiscard]] static analysis::pipeline_layout layout(const shape_type& s) { return detail::layout_of<topo>(s); }
   [[nodiscard]] analysis::pipeline_layout layout() const { return layout(shape()); }
+  /// Only the stages the shape places in this process (shape.ranks, shape.rank) and the links between them.
+  [[nodiscard]] static analysis::pipeline_layout local_layout(const shape_type& s) {
+    return detail::local_layout_of<topo>(s);
+  }
 
   /// Cancels and joins if still running; an unobserved stage exception is
   /// dropped. Destroying a started pipeline that was neither joined nor

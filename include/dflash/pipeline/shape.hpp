@@ -1,6 +1,7 @@
 #pragma once
 // dflash::pipeline_shape: the run-time sizes and placement of a pipeline —
-// threads per stage, depth per link, and which processes run which stages.
+// threads per stage, depth per link, which processes run which stages, and
+// which devices a device stage's workers use.
 // Pipeline::default_shape() fills it from the compile-time workers<S, N> and
 // link depths; checks.hpp validates it before anything is made.
 
@@ -22,6 +23,17 @@ struct pipeline_shape {
   std::array<std::vector<int>, Stages> ranks{};
   /// This process's rank in `ranks`.
   int rank = 0;
+  /// Placement over devices: worker w of device stage I runs on
+  /// devices[I][w % size] (its stream, events and memory are that device's);
+  /// empty = the device current on the thread that calls run() (device 0
+  /// unless the program chose another). Checked at run(), when the backend's
+  /// device count is known; only device stages (next to a device_link) may have devices.
+  std::array<std::vector<int>, Stages> devices{};
+
+  /// The device of worker w of stage I, or -1 for "the current one at run()".
+  [[nodiscard]] int device_of(std::size_t i, std::size_t w) const noexcept {
+    return devices[i].empty() ? -1 : devices[i][w % devices[i].size()];
+  }
 
   /// Stage I runs in this process.
   [[nodiscard]] bool here(std::size_t i) const noexcept {

@@ -5,6 +5,7 @@
 // direct segments, the device backend, and (topology_keys) the key set. No state,
 // no checks (checks.hpp); tested with static_asserts.
 
+#include <array>
 #include <cstddef>
 #include <tuple>
 #include <type_traits>
@@ -70,31 +71,27 @@ struct topology {
   static constexpr bool fused_at =
       requires { requires std::is_same_v<typename link_kind<L>::consumer_threads, consumer_on_producer_threads>; };
 
+  // Per link, the two answers the stages next to it depend on.
+  static constexpr auto slot_links = []<std::size_t... L>(std::index_sequence<L...>) {
+    return std::array<bool, link_count>{slots_at<L>...};
+  }(std::make_index_sequence<link_count>{});
+  static constexpr auto fused_links = []<std::size_t... L>(std::index_sequence<L...>) {
+    return std::array<bool, link_count>{fused_at<L>...};
+  }(std::make_index_sequence<link_count>{});
+
   template <std::size_t I>
-  static consteval bool input_slot() {
-    if constexpr (I == 0) return false;
-    else return slots_at<I - 1>;
-  }
+  static consteval bool input_slot() { return I > 0 && slot_links[I - 1]; }
   template <std::size_t I>
-  static consteval bool output_slot() {
-    if constexpr (I + 1 >= stage_count) return false;
-    else return slots_at<I>;
-  }
+  static consteval bool output_slot() { return I + 1 < stage_count && slot_links[I]; }
   /// Stage I is next to a link that carries device slots: a device worker runs it.
   template <std::size_t I>
   static constexpr bool device_stage = input_slot<I>() || output_slot<I>();
 
   // Direct segments: maximal runs of stages joined by links whose consumer runs on the producer's threads.
   template <std::size_t I>
-  static consteval bool fused_in() {
-    if constexpr (I == 0) return false;
-    else return fused_at<I - 1>;
-  }
+  static consteval bool fused_in() { return I > 0 && fused_links[I - 1]; }
   template <std::size_t I>
-  static consteval bool fused_out() {
-    if constexpr (I + 1 >= stage_count) return false;
-    else return fused_at<I>;
-  }
+  static consteval bool fused_out() { return I + 1 < stage_count && fused_links[I]; }
   template <std::size_t I>
   static consteval std::size_t segment_last() {
     if constexpr (fused_out<I>()) return segment_last<I + 1>();

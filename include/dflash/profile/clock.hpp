@@ -26,15 +26,21 @@ concept ProfilerClock = requires {
   { C::now() - C::now() } -> std::convertible_to<typename C::duration>;
 };
 
-/// A clock that only moves when told to. Global (static) so that the profiler
-/// can stay a plain type; tests set it, advance it, and never race on it.
-struct manual_clock {
+namespace detail {
+/// The std::chrono clock members of a steady nanosecond clock C.
+template <class C>
+struct steady_ns_clock {
   using rep = std::int64_t;
   using period = std::nano;
   using duration = std::chrono::duration<rep, period>;
-  using time_point = std::chrono::time_point<manual_clock>;
+  using time_point = std::chrono::time_point<C, duration>;  // duration given: C is incomplete here
   static constexpr bool is_steady = true;
+};
+}  // namespace detail
 
+/// A clock that only moves when told to. Global (static) so that the profiler
+/// can stay a plain type; tests set it, advance it, and never race on it.
+struct manual_clock : detail::steady_ns_clock<manual_clock> {
   static time_point now() noexcept { return time_point{duration{ticks().load(std::memory_order_relaxed)}}; }
   static void advance(duration d) noexcept { ticks().fetch_add(d.count(), std::memory_order_relaxed); }
   static void set(time_point t) noexcept { ticks().store(t.time_since_epoch().count(), std::memory_order_relaxed); }
@@ -78,13 +84,7 @@ struct tsc_state {
 /// Reads the invariant TSC (rdtsc) and converts to nanoseconds with one
 /// multiply. Cheaper than steady_clock's vDSO call; not serialising, which is
 /// what a profiler of ≥100 ns regions wants.
-struct tsc_clock {
-  using rep = std::int64_t;
-  using period = std::nano;
-  using duration = std::chrono::duration<rep, period>;
-  using time_point = std::chrono::time_point<tsc_clock>;
-  static constexpr bool is_steady = true;
-
+struct tsc_clock : detail::steady_ns_clock<tsc_clock> {
   static time_point now() noexcept {
     const auto& c = detail::tsc_state<>::calibration;
     __extension__ using u128 = unsigned __int128;  // 64x64→128 multiply, no overflow

@@ -46,7 +46,8 @@ void device_worker(Core& c, std::size_t w) noexcept {
   const P& prof = c.prof();
   B& b = c.backend();
   const auto native = c.streams(I)[w];
-  const device_stream<B> ds(b, native);
+  const int dev = c.device(I, w);
+  const device_stream<B> ds(b, native, dev);
   std::optional<gpu_timer<B>> timer;
   // The stage's output held by value (char stands in for a sink's void).
   // Outside the loop and the try: work enqueued by the call may still write
@@ -57,6 +58,9 @@ void device_worker(Core& c, std::size_t w) noexcept {
   // flow: the tag of the item in hand (its stamp, or sequence number)
   [[maybe_unused]] typename Core::tag_type tag{};
   try {
+    // This thread's device is its stream's: the events and memory it makes
+    // (slot events, timers, the stage's buffers) belong to it.
+    if constexpr (MultiDeviceBackend<B>) b.set_device(dev);
     if constexpr (P::enabled) timer.emplace(b);
     for (;;) {
       if constexpr (I == 0) {
@@ -122,7 +126,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
       } else if constexpr (I + 1 < T::stage_count) {
         bool ok;
         if constexpr (T::template pending_at<I>) {
-          const auto ev = c.pool(I).acquire();
+          const auto ev = c.pool(I).acquire(dev);
           b.record(ev, native);
           typename Core::template item_type<I> pend{std::move(*y), ev};
           if constexpr (Core::flow) pend.stamp = tag;

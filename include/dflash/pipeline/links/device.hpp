@@ -19,15 +19,9 @@
 namespace dflash {
 
 template <fixed_string Name, std::size_t Depth>
-struct device_link {
+struct device_link : link_answers<Name, Depth, consumer_on_own_threads, carries_device_slots,
+                                  /*crosses_processes=*/false, analysis::link_kind::device> {
   static_assert(Depth > 0, "dflash::device_link<Name, Depth>: Depth must be at least 1");
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  using keys = queue_keys<Name>;
-  using consumer_threads = consumer_on_own_threads;
-  using carries = carries_device_slots;
-  static constexpr bool crosses_processes = false;
-  static constexpr analysis::link_kind model = analysis::link_kind::device;
 
   template <class Item, class P>
   using endpoint = device_channel<Item, P, Name>;
@@ -37,19 +31,11 @@ struct device_link {
     return std::make_unique<endpoint<Item, P>>(*c.backend, c.depth, c.prof);
   }
   template <class E>
-  static void close(E& e) noexcept {
-    e.close();
-  }
-  template <class E>
   static void cancel(E& e) noexcept {
     e.cancel();
   }
-  template <class Topology, std::size_t L>
-  static consteval bool check() {
-    return true;  // the item's requirement is checked where the backend is read (item_backend)
-  }
-
-  // The backend a slot of T lives on; the first use checks that T is a device item.
+  // The backend a slot of T lives on; the first use checks that T is a device item
+  // (so that check() needs nothing more).
   template <class T>
   struct item_check {
     static_assert(DeviceItem<T>,

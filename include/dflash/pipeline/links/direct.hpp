@@ -22,15 +22,9 @@
 namespace dflash {
 
 template <fixed_string Name, std::size_t Depth>
-struct direct_link {
+struct direct_link : link_answers<Name, Depth, consumer_on_producer_threads, carries_values,
+                                  /*crosses_processes=*/false, analysis::link_kind::direct> {
   static_assert(Depth > 0, "dflash::direct_link<Name, Depth>: Depth must be at least 1");
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  using keys = queue_keys<Name>;
-  using consumer_threads = consumer_on_producer_threads;
-  using carries = carries_values;
-  static constexpr bool crosses_processes = false;
-  static constexpr analysis::link_kind model = analysis::link_kind::direct;
 
   template <class Item, class P>
   using endpoint = no_endpoint;

@@ -16,15 +16,9 @@
 namespace dflash {
 
 template <fixed_string Name, std::size_t Depth>
-struct queue_link {
+struct queue_link : link_answers<Name, Depth, consumer_on_own_threads, carries_values, /*crosses_processes=*/false,
+                                 analysis::link_kind::queue> {
   static_assert(Depth > 0, "dflash::queue_link<Name, Depth>: Depth must be at least 1");
-  static constexpr auto name = Name;
-  static constexpr std::size_t depth = Depth;
-  using keys = queue_keys<Name>;
-  using consumer_threads = consumer_on_own_threads;
-  using carries = carries_values;
-  static constexpr bool crosses_processes = false;
-  static constexpr analysis::link_kind model = analysis::link_kind::queue;
 
   template <class Item, class P>
   using endpoint = bounded_queue<Item, P, Name>;
@@ -33,18 +27,10 @@ struct queue_link {
   static std::unique_ptr<endpoint<Item, P>> open(const Ctx& c) {
     return std::make_unique<endpoint<Item, P>>(c.depth, c.prof);
   }
-  template <class E>
-  static void close(E& e) noexcept {
-    e.close();
-  }
   // A closed queue wakes every blocked push and pop: cancelling is closing.
   template <class E>
   static void cancel(E& e) noexcept {
     e.close();
-  }
-  template <class Topology, std::size_t L>
-  static consteval bool check() {
-    return true;  // any two stages whose types match (checked for every link)
   }
 };
 
