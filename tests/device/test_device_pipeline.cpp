@@ -233,10 +233,12 @@ TEST_CASE("device stages record .gpu from their events with a stateful policy; k
           "[device][pipeline][keys]") {
   watchdog wd("device keys");
   using keys = dflash::pipeline_keys<twin_pipeline<dflash::NullProfiler>>;
-  using expected = dflash::key_set<"numbers.wait", "numbers.work", "in_q.push_wait", "in_q.pop_wait", "fill.wait",
-                                   "fill.work", "fill.gpu", "hs_device.push_wait", "hs_device.pop_wait",
-                                   "verify.wait", "verify.work", "verify.gpu", "out_q.push_wait", "out_q.pop_wait",
-                                   "collect.wait", "collect.work">;
+  using expected =
+      dflash::key_set<"numbers.wait", "numbers.work", "in_q.push_wait", "in_q.pop_wait", "fill.wait", "fill.work",
+                      "fill.gpu", "fill.age", "fill.age_clock_backwards", "hs_device.push_wait", "hs_device.pop_wait",
+                      "verify.wait", "verify.work", "verify.gpu", "verify.age", "verify.age_clock_backwards",
+                      "out_q.push_wait", "out_q.pop_wait", "collect.wait", "collect.work", "collect.age",
+                      "collect.age_clock_backwards", "collect.e2e">;
   STATIC_REQUIRE(std::is_same_v<keys, expected>);
   using prof_t = dflash::AccumulatingProfiler<keys>;
   prof_t prof;

@@ -175,6 +175,11 @@ int exactly_once(int argc, char** argv, bool throw_in_sink) {
       NET_CHECK(s.find("net.pop_wait") != nullptr);  // recorded when a pop had to wait
       NET_CHECK(s.find("collect.work")->count == static_cast<std::uint64_t>(total));
       NET_CHECK(s.find("numbers.work")->count == 0);  // the source ran on the other ranks
+      // flow stamps crossed the net_link: every item has an age and an end-to-end time here (the
+      // ranks share one machine's steady clock, so none reads behind its birth stamp)
+      NET_CHECK(s.find("collect.age")->count == static_cast<std::uint64_t>(total));
+      NET_CHECK(s.find("collect.e2e")->count == static_cast<std::uint64_t>(total));
+      NET_CHECK(s.find("collect.age_clock_backwards")->count == 0);
     } else {
       NET_CHECK(got.empty());
       const auto s = prof.snapshot();

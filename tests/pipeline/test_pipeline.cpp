@@ -101,9 +101,10 @@ TEST_CASE("Stage concept classifies sources, transforms and sinks", "[pipeline][
 
 TEST_CASE("the pipeline's key set is known at compile time and independent of P", "[pipeline][keys]") {
   using keys = dflash::pipeline_keys<square_pipeline<dflash::NullProfiler>>;
-  using expected = dflash::key_set<"source.wait", "source.work", "in_q.push_wait", "in_q.pop_wait", "square.wait",
-                                   "square.work", "square.own", "out_q.push_wait", "out_q.pop_wait", "sink.wait",
-                                   "sink.work">;
+  using expected =
+      dflash::key_set<"source.wait", "source.work", "in_q.push_wait", "in_q.pop_wait", "square.wait", "square.work",
+                      "square.own", "square.age", "square.age_clock_backwards", "out_q.push_wait", "out_q.pop_wait",
+                      "sink.wait", "sink.work", "sink.age", "sink.age_clock_backwards", "sink.e2e">;
   STATIC_REQUIRE(std::is_same_v<keys, expected>);
   using prof_t = dflash::AccumulatingProfiler<keys>;
   STATIC_REQUIRE(std::is_same_v<square_pipeline<prof_t>::keys, keys>);

@@ -64,7 +64,8 @@ static_assert(!T::fused_at<0> && T::fused_at<1>);
 static_assert(!T::fused_in<1>() && T::fused_out<1>() && T::fused_in<2>());
 static_assert(T::segment_first<2>() == 1 && T::segment_last<1>() == 2 && T::segment_last<0>() == 0);
 static_assert(!T::has_device_links && T::sequenced && !T::device_stage<0> && !T::device_stage<2>);
-static_assert(dflash::detail::topology_keys<T>::type::size == 10);  // 3 stages x wait/work + 2 links x 2
+// 3 stages x wait/work + 2 links x 2, and the flow rows: 2 stages x age/age_clock_backwards + the sink's e2e
+static_assert(dflash::detail::topology_keys<T>::type::size == 10 + 5);
 
 using D = dflash::detail::topology<numbers, dflash::queue_link<"in", 2>, fill, dflash::device_link<"dev", 2>, read,
                                    dflash::queue_link<"out", 2>, collect>;
@@ -73,7 +74,7 @@ static_assert(!D::device_stage<0> && D::device_stage<1> && D::device_stage<2> &&
 static_assert(D::slots_at<1> && !D::slots_at<0> && D::output_slot<1>() && D::input_slot<2>());
 static_assert(D::pending_at<2> && !D::pending_at<0> && !D::pending_at<1>);
 // the device stages' keys include "<stage>.gpu"
-static_assert(dflash::detail::topology_keys<D>::type::size == 4 * 2 + 2 + 3 * 2);
+static_assert(dflash::detail::topology_keys<D>::type::size == 4 * 2 + 2 + 3 * 2 + 3 * 2 + 1);
 
 // A link kind written by a user: a host queue that also counts what crossed
 // it. Nothing in the pipeline names it; it answers the PipelineLink questions.

@@ -71,10 +71,16 @@ TEST_CASE("trace JSON has exact timestamps and durations from a deterministic cl
   CHECK(x[2].at("cat") == "dflash.add");
   CHECK(x[2].at("ts").get<double>() == Approx(1235.067).epsilon(1e-12));
   CHECK(x[2].at("dur").get<double>() == Approx(3.0).epsilon(1e-12));
-  for (const auto& e : x) {
-    CHECK(e.at("tid") == 1);
-    CHECK(e.at("pid") == x[0].at("pid"));
-  }
+  for (const auto& e : x) CHECK(e.at("pid") == x[0].at("pid"));
+  CHECK(x[0].at("tid") == 1);
+  CHECK(x[1].at("tid") == 1);
+  // a duration measured elsewhere goes on the thread's second track, "<thread> stream"
+  CHECK(x[2].at("tid") != 1);
+  bool named = false;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name" && e.at("tid") == x[2].at("tid"))
+      named = e.at("args").at("name") == "thread 1 stream";
+  CHECK(named);
   CHECK(t.recorded() == 3);
   CHECK(t.dropped() == 0);
 }
@@ -271,4 +277,17 @@ TEST_CASE("name_this_thread names the trace track, through a Composite too; no-o
     if (e["name"] == "thread_name") names.insert(e["args"]["name"].get<std::string>());
   CHECK(names.count("target_forward#2") == 1);
   CHECK(names.count("thread 1") == 0);
+}
+
+TEST_CASE("durations added one after another never overlap partly on the stream track", "[trace]") {
+  manual_clock::set(manual_clock::time_point{1'000'000ns});
+  fake_trace t(16);
+  t.add("forward"_key, 5us);  // [995, 1000] µs
+  manual_clock::advance(1us);
+  t.add("forward"_key, 4us);  // would start at 997 µs, inside the first: drawn from 1000 µs, 4 µs long
+  const auto x = complete_events(json::parse(t.json()));
+  REQUIRE(x.size() == 2);
+  CHECK(x[0].at("ts").get<double>() == Approx(995.0).epsilon(1e-12));
+  CHECK(x[1].at("ts").get<double>() == Approx(1000.0).epsilon(1e-12));
+  CHECK(x[1].at("dur").get<double>() == Approx(4.0).epsilon(1e-12));
 }

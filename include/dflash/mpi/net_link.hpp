@@ -21,7 +21,10 @@
 // hand-over throws dflash::pipeline_stop). Records "<Name>.push_wait" and
 // "<Name>.pop_wait" as a queue_link does. Items: trivially copyable, or
 // described by mpi::wire<T> (wire.hpp); a device stage's output crosses once
-// its work completed (the pipeline waits for it before the hand-over).
+// its work completed (the pipeline waits for it before the hand-over). A
+// profiled pipeline's flow stamp crosses with the item (an envelope, below):
+// the age at the far side is on the receiving rank's clock, so ranks on
+// different machines may count items under "<stage>.age_clock_backwards".
 
 #include <cstddef>
 #include <memory>
@@ -35,11 +38,21 @@
 #include "dflash/mpi/job.hpp"
 #include "dflash/mpi/mpi_link.hpp"
 #include "dflash/mpi/wire.hpp"
+#include "dflash/pipeline/item.hpp"
 #include "dflash/pipeline/link.hpp"
 #include "dflash/profile/fixed_string.hpp"
 #include "dflash/queue/queue_keys.hpp"
 
 namespace dflash::mpi {
+
+/// An item in its flow envelope: the stamp goes in the header, then the item's own fields.
+template <WireCustom T, class Tag>
+struct wire<dflash::detail::sequenced<T, Tag>> {
+  static void for_each_field(dflash::detail::sequenced<T, Tag>& x, auto&& f) {
+    f(x.seq);
+    wire<T>::for_each_field(x.value, f);
+  }
+};
 
 template <fixed_string Name, std::size_t Depth>
 struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_values, /*crosses_processes=*/true,

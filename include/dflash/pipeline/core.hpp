@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -64,11 +65,28 @@ class pipeline_core {
   template <std::size_t L>
   using link_kind = typename topo::template link_kind<L>;
 
+  /// Items carry a flow_stamp (item.hpp): the policy stamps items with its clock.
+  static constexpr bool flow = FlowPolicy<P>;
+  /// What follows an item from stage to stage: its flow_stamp, or its sequence
+  /// number (unused unless some stage is in_order).
+  using tag_type = std::conditional_t<flow, flow_stamp, std::uint64_t>;
+  /// Links carry the tag in an envelope (else the tag is never read).
+  static constexpr bool tagged = flow || topo::sequenced;
+
+  /// The policy's keys list every flow row (pipeline_keys does; a hand-made key set may not).
+  static constexpr bool flow_keys_listed = []<std::size_t... I>(std::index_sequence<I...>) {
+    return ((I == 0 || (P::keys::contains(stage_age_key<stage_type<I>::name>::name()) &&
+                        P::keys::contains(stage_age_clock_backwards_key<stage_type<I>::name>::name()))) &&
+            ...) &&
+           P::keys::contains(stage_e2e_key<stage_type<stage_count - 1>::name>::name());
+  }(std::make_index_sequence<stage_count>{});
+
   template <std::size_t L>
   static auto item_of() {
     using T = typename stage_type<L>::output_type;
-    if constexpr (topo::template pending_at<L>) return std::type_identity<pending<T, backend_type>>{};
-    else if constexpr (topo::sequenced && !topo::template slots_at<L>) return std::type_identity<sequenced<T>>{};
+    if constexpr (topo::template pending_at<L>)
+      return std::type_identity<pending<T, backend_type, std::conditional_t<flow, flow_stamp, no_stamp>>>{};
+    else if constexpr (tagged && !topo::template slots_at<L>) return std::type_identity<sequenced<T, tag_type>>{};
     else return std::type_identity<T>{};
   }
 
@@ -89,7 +107,7 @@ class pipeline_core {
   using order_value = std::conditional_t<std::is_void_v<typename stage_type<I>::input_type>, char,
                                          typename stage_type<I>::input_type>;
   template <std::size_t... I>
-  static auto orders_of(std::index_sequence<I...>) -> std::tuple<reorder_buffer<order_value<I>>...>;
+  static auto orders_of(std::index_sequence<I...>) -> std::tuple<reorder_buffer<order_value<I>, tag_type>...>;
 
   // Device state: owned only by pipelines with device links.
   struct device_state_none {};
@@ -100,6 +118,12 @@ class pipeline_core {
     std::array<std::vector<int>, stage_count> devices{};  // the device of each stream (placement)
     std::array<std::unique_ptr<event_pool<B>>, link_count> pools{};
   };
+  // The stamps of device links' slots, by slot index: the user's device item
+  // carries none. Written by the producer before publish, read by the
+  // consumer after pop (the channel's hand-over orders them).
+  struct slot_stamps_none {};
+  using slot_stamps =
+      std::conditional_t<flow && topo::has_device_links, std::array<std::vector<flow_stamp>, link_count>, slot_stamps_none>;
 
  public:
   template <class... Args>
@@ -163,6 +187,42 @@ class pipeline_core {
   /// The next source sequence number, one numbering across every source worker.
   std::uint64_t next_seq() noexcept { return source_seq_.fetch_add(1, std::memory_order_relaxed); }
 
+  // ---- flow: stamps and the rows they give (profiled pipelines only) ----
+  /// The tag of an item leaving its source with sequence number `seq`.
+  [[nodiscard]] tag_type source_tag([[maybe_unused]] std::uint64_t seq) const noexcept {
+    if constexpr (flow) return flow_stamp{seq, now_ns()};
+    else return seq;
+  }
+  /// The next source item's tag, numbered across every source worker (a pipeline without tags reads nothing).
+  [[nodiscard]] tag_type next_source_tag() noexcept {
+    if constexpr (tagged) return source_tag(next_seq());
+    else return tag_type{};
+  }
+  /// Stage I starts the item tagged `t`: "<stage>.age".
+  template <std::size_t I>
+  void flow_start([[maybe_unused]] const tag_type& t) const {
+    if constexpr (flow && I > 0) since_born<stage_age_key<stage_type<I>::name>, I>(t);
+  }
+  /// Stage I ended its call on the item tagged `t` (a source: the item it
+  /// made): the sink's "<sink>.e2e", and for policies that draw flows
+  /// (TraceProfiler) the item's step on this stage's work range.
+  template <std::size_t I>
+  void flow_done([[maybe_unused]] const tag_type& t) const {
+    if constexpr (flow) {
+      using work = stage_work_key<stage_type<I>::name>;
+      if constexpr (requires { prof().flow_step(work{}, t.seq, flow_phase::step); })
+        prof().flow_step(work{}, t.seq,
+                         I == 0 ? flow_phase::start : I + 1 == stage_count ? flow_phase::end : flow_phase::step);
+      if constexpr (I + 1 == stage_count) since_born<stage_e2e_key<stage_type<I>::name>, I>(t);
+    }
+  }
+  /// The stamp beside slot `slot` of device link L (flow only).
+  [[nodiscard]] flow_stamp& slot_stamp(std::size_t l, std::size_t slot) noexcept
+    requires(flow && topo::has_device_links)
+  {
+    return stamps_[l][slot];
+  }
+
   /// Threads stage I starts: none if it runs on its producers' threads or in another process.
   template <std::size_t I>
   [[nodiscard]] std::size_t threads_of() const noexcept {
@@ -204,32 +264,53 @@ class pipeline_core {
     }
   }
 
+  [[nodiscard]] static std::int64_t now_ns() noexcept
+    requires flow
+  {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(P::clock::now().time_since_epoch()).count();
+  }
+
+ private:
+  // A clock behind the birth stamp gives no age: the item is counted under
+  // "<stage>.age_clock_backwards" instead (a negative age would print as a
+  // huge unsigned one; clamping it to 0 would hide that the clocks disagree).
+  template <class K, std::size_t I>
+  void since_born(const flow_stamp& t) const {
+    const std::int64_t now = now_ns();
+    if (now < t.born_ns)
+      prof().add(stage_age_clock_backwards_key<stage_type<I>::name>{}, std::chrono::nanoseconds{0});
+    else
+      prof().add(K{}, std::chrono::nanoseconds{now - t.born_ns});
+  }
+
+ public:
   // ---- items over host links ----
   // Pops the next value of pending link I - 1 (device work may still be
   // writing it): `wait_for(ev)` orders the consumer after that work (the host
   // thread waits, or a stream does), then the event goes back to its pool.
   template <std::size_t I, class Wait>
-  std::optional<typename stage_type<I>::input_type> pop_pending(Wait&& wait_for) {
+  std::optional<typename stage_type<I>::input_type> pop_pending(Wait&& wait_for, [[maybe_unused]] tag_type& tag) {
     auto got = link<I - 1>().pop();
     std::optional<typename stage_type<I>::input_type> v;
     if (!got) return v;
     wait_for(got->ev);  // rethrows an error of the work that wrote it
     pool(I - 1).release(got->ev);
+    if constexpr (flow) tag = got->stamp;
     v.emplace(std::move(got->value));
     return v;
   }
-  // Pops the next input of host stage I, and its sequence number when items
-  // carry one; a value device work was writing is waited for here, on this
-  // (the consumer's) thread.
+  // Pops the next host input of stage I, and its tag when items carry one; a
+  // value device work was writing is waited for here, on this (the
+  // consumer's) thread.
   template <std::size_t I>
-  std::optional<typename stage_type<I>::input_type> pop_input([[maybe_unused]] std::uint64_t& seq) {
+  std::optional<typename stage_type<I>::input_type> pop_input([[maybe_unused]] tag_type& tag) {
     if constexpr (topo::template pending_at<I - 1>) {
-      return pop_pending<I>([this](auto ev) { dev_.backend.host_wait(ev); });
-    } else if constexpr (topo::sequenced) {
+      return pop_pending<I>([this](auto ev) { dev_.backend.host_wait(ev); }, tag);
+    } else if constexpr (tagged) {
       auto got = link<I - 1>().pop();
       std::optional<typename stage_type<I>::input_type> v;
       if (got) {
-        seq = got->seq;
+        tag = got->seq;
         v.emplace(std::move(got->value));
       }
       return v;
@@ -237,16 +318,17 @@ class pipeline_core {
       return link<I - 1>().pop();
     }
   }
-  // Hands stage I's output to link I, with its sequence number when items carry one.
+  // Hands stage I's output to host link I, with its tag when items carry one.
   template <std::size_t I>
-  bool push_output(typename stage_type<I>::output_type&& y, [[maybe_unused]] std::uint64_t seq) {
-    if constexpr (topo::sequenced) return link<I>().push(sequenced<typename stage_type<I>::output_type>{seq, std::move(y)});
+  bool push_output(typename stage_type<I>::output_type&& y, [[maybe_unused]] const tag_type& tag) {
+    if constexpr (tagged)
+      return link<I>().push(sequenced<typename stage_type<I>::output_type, tag_type>{tag, std::move(y)});
     else return link<I>().push(std::move(y));
   }
-  // in_order stage I: runs `run(x, seq)` if x is due, then the parked items that follow it.
+  // in_order stage I: runs `run(x, tag)` if x is due, then the parked items that follow it.
   template <std::size_t I, class Run>
-  bool deliver_in_order(typename stage_type<I>::input_type&& x, std::uint64_t seq, Run&& run) {
-    return reorder<I>().deliver(std::move(x), seq, stage_type<I>::name.view(), std::forward<Run>(run),
+  bool deliver_in_order(typename stage_type<I>::input_type&& x, const tag_type& tag, Run&& run) {
+    return reorder<I>().deliver(std::move(x), tag, stage_type<I>::name.view(), std::forward<Run>(run),
                                 [this] { return !cancelled(); });
   }
   // An in_order stage that still parks items after a normal end waited for an
@@ -315,6 +397,7 @@ class pipeline_core {
         std::span<const int>(shape_.ranks[L + 1])};
     std::get<L>(links_) = link_kind<L>::template open<item_type<L>, P>(ctx);
     if constexpr (topo::template pending_at<L>) dev_.pools[L] = std::make_unique<event_pool<backend_type>>(dev_.backend);
+    if constexpr (flow && topo::template slots_at<L>) stamps_[L].assign(shape_.depths[L], flow_stamp{});
   }
   auto* device_backend() noexcept {
     if constexpr (topo::has_device_links) return &dev_.backend;
@@ -343,6 +426,7 @@ class pipeline_core {
   std::array<std::atomic<std::size_t>, stage_count> live_{};
   std::array<segment_sync, stage_count> segs_;  // used by direct segments (indexed by first stage)
   orders_tuple orders_;
+  [[no_unique_address]] slot_stamps stamps_;
   std::atomic<std::uint64_t> source_seq_{0};
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> draining_{false};

@@ -56,6 +56,11 @@ class Pipeline {
   using topo = detail::topology<Specs...>;
   static_assert(detail::static_checks<topo>::value);
   using core_type = detail::pipeline_core<P, Specs...>;
+  static_assert(!core_type::flow || core_type::flow_keys_listed,
+                "dflash::Pipeline: this profiler follows every item (it times with a clock, pipeline/item.hpp) and "
+                "records '<stage>.age', '<stage>.age_clock_backwards' and '<sink>.e2e', which its key set lacks: "
+                "build its keys with dflash::pipeline_keys<...>, or opt out of flow tracking with a policy that "
+                "declares `static constexpr bool flow = false;`");
 
   template <class... Args>
   static constexpr bool stage_args = sizeof...(Args) == topo::stage_count || sizeof...(Args) == 0;
@@ -84,6 +89,8 @@ class Pipeline {
   static constexpr bool has_device_links = topo::has_device_links;
   /// Items carry their source sequence number (some stage is in_order).
   static constexpr bool sequenced = topo::sequenced;
+  /// Items carry a flow_stamp and the pipeline records the flow rows (FlowPolicy<P>, pipeline/item.hpp).
+  static constexpr bool flow = core_type::flow;
   /// Every key this pipeline records (stages, links, the stages' own keys); independent of P.
   using keys = typename detail::topology_keys<topo>::type;
   using shape_type = pipeline_shape<stage_count, link_count>;

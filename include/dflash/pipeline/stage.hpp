@@ -126,6 +126,20 @@ using stage_work_key = key_t<name_cat<Name, ".work">>;
 template <fixed_string Name>
 using stage_gpu_key = key_t<name_cat<Name, ".gpu">>;
 
+/// Flow rows of a stage after the source (profiled pipelines, item.hpp): how
+/// old an item is when the stage starts it, and how often the clock read
+/// behind the item's birth stamp (clocks of two processes that disagree, or a
+/// test clock set back) — such an item is counted there, never given an age.
+template <fixed_string Name>
+using stage_age_key = key_t<name_cat<Name, ".age">>;
+template <fixed_string Name>
+using stage_age_clock_backwards_key = key_t<name_cat<Name, ".age_clock_backwards">>;
+template <fixed_string Name>
+using stage_age_keys_t = key_set<name_cat<Name, ".age">, name_cat<Name, ".age_clock_backwards">>;
+/// The sink's source-to-end-of-call time per item.
+template <fixed_string Name>
+using stage_e2e_key = key_t<name_cat<Name, ".e2e">>;
+
 /// All keys of stage S: "<name>.wait", "<name>.work", then S::keys if it has any.
 template <NamedStage S>
 struct stage_keys {

@@ -131,7 +131,8 @@ struct topology {
 };
 
 /// Every key the pipeline of topology T records (its stages' wait / work / gpu
-/// and own keys, its links' keys); independent of the profiler. Apart from
+/// and own keys, the flow rows age / age_clock_backwards / e2e, its links'
+/// keys); independent of the profiler. Apart from
 /// topology so that naming a topology never reads a stage's name (checks.hpp
 /// reports a missing one first).
 template <class T>
@@ -144,8 +145,22 @@ struct topology_keys {
       return std::type_identity<key_set_cat_t<stage_keys_t<S>, key_set<name_cat<S::name, ".gpu">>>>{};
     else return std::type_identity<stage_keys_t<S>>{};
   }
+  // Flow rows (recorded by policies that stamp items, item.hpp): every stage
+  // after the source an age, the sink the end-to-end time.
   template <std::size_t I>
-  using stage_all_keys = typename decltype(keys_of_stage<I>())::type;
+  static auto flow_keys_of_stage() {
+    using S = typename T::template stage_type<I>;
+    if constexpr (I == 0) return std::type_identity<stage_all_keys_base<I>>{};
+    else if constexpr (I + 1 < T::stage_count)
+      return std::type_identity<key_set_cat_t<stage_all_keys_base<I>, stage_age_keys_t<S::name>>>{};
+    else
+      return std::type_identity<key_set_cat_t<stage_all_keys_base<I>,
+                                              key_set_cat_t<stage_age_keys_t<S::name>, key_set<name_cat<S::name, ".e2e">>>>>{};
+  }
+  template <std::size_t I>
+  using stage_all_keys_base = typename decltype(keys_of_stage<I>())::type;
+  template <std::size_t I>
+  using stage_all_keys = typename decltype(flow_keys_of_stage<I>())::type;
   template <std::size_t... I>
   static auto keys_of(std::index_sequence<I...>)
       -> key_set_cat_t<stage_all_keys<0>, key_set_cat_t<typename T::template link_kind<I>::keys, stage_all_keys<I + 1>>...>;

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -174,8 +175,23 @@ inline constexpr bool has_shared_clock = !std::is_same_v<shared_clock_t<K, P...>
 
 }  // namespace detail
 
+namespace detail {
+// `clock`: the first enabled member's that has one, so that a pipeline stamps
+// items (pipeline/item.hpp) when some member times with a clock; the ages it
+// records are durations, the same to every member.
+template <class M>
+struct member_clock {
+  using clock = typename M::clock;
+};
+template <class... P>
+struct first_member_clock {};
+template <class M, class... R>
+struct first_member_clock<M, R...>
+    : std::conditional_t<M::enabled && requires { typename M::clock; }, member_clock<M>, first_member_clock<R...>> {};
+}  // namespace detail
+
 template <ProfilerPolicy... P>
-class Composite {
+class Composite : public detail::first_member_clock<P...> {
   // basic_tuple, not hana::tuple: only basic_tuple lays out empty members
   // with EBO, which is what makes Composite<NullProfiler> an empty type.
   using refs_t = boost::hana::basic_tuple<profiler_ref<P>...>;
@@ -243,6 +259,20 @@ class Composite {
   constexpr void add(K k, std::chrono::duration<Rep, Period> d) const noexcept(!enabled) {
     check_key<K>();
     add_all(k, d, members{});
+  }
+
+  /// A pipeline item's step on work range `k`: forwarded to the members that draw flows (TraceProfiler).
+  template <Key K>
+  void flow_step(K k, std::uint64_t seq, flow_phase phase) const noexcept {
+    check_key<K>();
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (([&] {
+         using M = std::tuple_element_t<I, std::tuple<P...>>;
+         if constexpr (M::enabled && requires(const M& m) { m.flow_step(k, seq, phase); })
+           boost::hana::at_c<I>(refs_)->flow_step(k, seq, phase);
+       }()),
+       ...);
+    }(members{});
   }
 
   /// Names the calling thread in every member that labels threads (see dflash::name_this_thread).

@@ -120,6 +120,10 @@ void name_this_thread(const P& p, std::string_view name) {
   if constexpr (requires { p.name_this_thread(name); }) p.name_this_thread(name);
 }
 
+/// Where a stage's work range sits in one item's path through a pipeline
+/// (a policy's optional flow_step(k, seq, phase), e.g. TraceProfiler's arrows).
+enum class flow_phase { start, step, end };
+
 /// Time `f()` under key `k`; returns what f returns.
 template <ProfilerPolicy P, Key K, class F>
 constexpr decltype(auto) timed(const P& p, K k, F&& f) {

@@ -20,6 +20,17 @@
 // Timestamps are Clock's time since its epoch, written in microseconds with
 // nanosecond digits (integer arithmetic, exact). Track ids ("tid") are 1, 2,
 // ... in the order threads first record; name_thread() labels a track.
+//
+// Tracks never hold partly overlapping ranges (a viewer would nest them
+// wrongly): durations measured elsewhere (add(), e.g. a device stage's
+// "<stage>.gpu") go on the thread's second track, "<thread> stream", one after
+// the other in the order they were added — each ends where the host learnt of
+// it or, if that would overlap the one before, starts where it ended. Flow
+// rows of a pipeline ("<stage>.age", "<sink>.e2e", ...) are item lifetimes
+// that overlap by nature: not drawn as ranges; a pipeline calls flow_step()
+// instead, and the trace gets Chrome flow events ("s"/"t"/"f", id = the item's
+// source sequence number) bound to each stage's work range: in Perfetto
+// clicking a work range shows the item's arrows from source to sink.
 
 #include <algorithm>
 #include <array>
@@ -54,9 +65,16 @@ namespace detail {
 
 struct trace_event {
   std::int64_t start_ns;
-  std::int64_t dur_ns;
+  std::int64_t dur_ns;  // a flow event: the item's sequence number
   std::uint32_t key;
-  std::uint32_t added;  // 1: from add(), a duration measured elsewhere
+  std::uint32_t kind;  // trace_kind
+};
+enum trace_kind : std::uint32_t {
+  trace_range = 0,       // a range timed on this thread
+  trace_added = 1,       // a duration measured elsewhere (the "stream" track)
+  trace_flow_start = 2,  // flow events: start_ns = where, dur_ns = the item's number
+  trace_flow_step = 3,
+  trace_flow_end = 4,
 };
 
 /// One thread's events. Single writer (the owning thread); readers see the
@@ -80,6 +98,7 @@ struct trace_buffer {
   std::atomic<std::size_t> size{0};
   std::atomic<std::uint64_t> dropped{0};
   std::uint32_t tid;
+  std::int64_t added_end = INT64_MIN;  // the end of the last range on the "stream" track (owner only)
   std::thread::id owner;
   std::string name;  // guarded by the profiler's registry mutex
 };
@@ -174,6 +193,7 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
     std::uint64_t dropped = unbuffered_drops_.load(std::memory_order_relaxed);
     for (const auto& b : buffers_) {
       const std::size_t n = b->size.load(std::memory_order_acquire);
+      bool has_stream = false;
       dropped += b->dropped.load(std::memory_order_relaxed);
       detail::append_fmt(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%ld,\"tid\":%u,\"args\":{\"name\":",
                          pid, b->tid);
@@ -185,17 +205,35 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
       }
       for (std::size_t i = 0; i < n; ++i) {
         const detail::trace_event& e = b->events[i];
+        if (e.kind >= detail::trace_flow_start) {
+          static constexpr const char* ph[] = {"s", "t", "f"};
+          detail::append_fmt(out, ",\n{\"name\":\"item\",\"cat\":\"dflash.flow\",\"ph\":\"%s\",%s\"id\":%llu,\"ts\":",
+                             ph[e.kind - detail::trace_flow_start], e.kind == detail::trace_flow_end ? "\"bp\":\"e\"," : "",
+                             static_cast<unsigned long long>(e.dur_ns));
+          detail::append_us(out, e.start_ns);
+          detail::append_fmt(out, ",\"pid\":%ld,\"tid\":%u}", pid, b->tid);
+          continue;
+        }
+        if (e.kind == detail::trace_added) has_stream = true;
         out += ",\n{\"name\":";
         detail::append_json_string(out, Keys::names[e.key]);
-        out += e.added ? ",\"cat\":\"dflash.add\",\"ph\":\"X\",\"ts\":" : ",\"cat\":\"dflash\",\"ph\":\"X\",\"ts\":";
+        out += e.kind == detail::trace_added ? ",\"cat\":\"dflash.add\",\"ph\":\"X\",\"ts\":"
+                                       : ",\"cat\":\"dflash\",\"ph\":\"X\",\"ts\":";
         detail::append_us(out, e.start_ns);
         out += ",\"dur\":";
         detail::append_us(out, e.dur_ns);
-        detail::append_fmt(out, ",\"pid\":%ld,\"tid\":%u}", pid, b->tid);
+        detail::append_fmt(out, ",\"pid\":%ld,\"tid\":%u}", pid,
+                           e.kind == detail::trace_added ? stream_tid(b->tid) : b->tid);
         if (out.size() > (std::size_t{1} << 20)) {
           os << out;
           out.clear();
         }
+      }
+      if (has_stream) {
+        detail::append_fmt(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%ld,\"tid\":%u,\"args\":{\"name\":",
+                           pid, stream_tid(b->tid));
+        detail::append_json_string(out, (b->name.empty() ? "thread " + std::to_string(b->tid) : b->name) + " stream");
+        out += "}}";
       }
     }
     detail::append_fmt(out,
@@ -210,6 +248,28 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
     std::ostringstream s;
     write_json(s);
     return s.str();
+  }
+
+  /// A pipeline's stage just ended its work range `K` on this thread for the
+  /// item numbered `seq`: binds the item's flow (from the source's range,
+  /// through each stage's, to the sink's) to that range, at its midpoint.
+  /// Nothing when this thread's last range is not K's.
+  template <Key K>
+  void flow_step(K, std::uint64_t seq, flow_phase phase) const noexcept {
+    this->template check_key<K>();
+    detail::trace_buffer* b = local();
+    if (b == nullptr) return;
+    const std::size_t n = b->size.load(std::memory_order_relaxed);  // the owner's own writes
+    for (std::size_t i = n; i-- > 0;) {
+      const detail::trace_event& e = b->events[i];
+      if (e.kind != detail::trace_range) continue;  // a stream range or a flow event in between
+      if (e.key != Keys::index_of(K::name())) return;
+      const auto kind = phase == flow_phase::start  ? detail::trace_flow_start
+                        : phase == flow_phase::step ? detail::trace_flow_step
+                                                    : detail::trace_flow_end;
+      b->push({e.start_ns + e.dur_ns / 2, static_cast<std::int64_t>(seq), e.key, kind});
+      return;
+    }
   }
 
   /// Writes the trace to `path`; throws std::runtime_error naming the path
@@ -229,12 +289,33 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
  private:
   static constexpr std::string_view policy_name = "dflash::TraceProfiler";
   void on_range(std::size_t key, time_point start, time_point stop) const noexcept { emit(key, start, stop, false); }
-  /// A duration measured elsewhere is drawn as a range that ends now.
+  /// A duration measured elsewhere is drawn on the thread's stream track,
+  /// ending now or right after the one before (the file comment says why);
+  /// a pipeline's flow rows are not drawn.
   void on_added(std::size_t key, std::uint64_t ns) const noexcept {
-    const time_point now = Clock::now();
-    emit(key, now - std::chrono::duration_cast<duration>(std::chrono::nanoseconds(static_cast<std::int64_t>(ns))), now,
-         true);
+    if (flow_row[key]) return;
+    detail::trace_buffer* b = local();
+    if (b == nullptr) {
+      unbuffered_drops_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const std::int64_t d = static_cast<std::int64_t>(ns);
+    const std::int64_t start = std::max(ns_since_epoch(Clock::now()) - d, b->added_end);
+    b->added_end = start + d;
+    b->push({start, d, static_cast<std::uint32_t>(key), detail::trace_added});
   }
+  static constexpr std::uint32_t stream_tid(std::uint32_t tid) noexcept { return tid + (1u << 20); }
+  static constexpr bool ends_with(std::string_view s, std::string_view tail) noexcept {
+    return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
+  }
+  // Keys a pipeline records per item lifetime (pipeline/stage.hpp's flow rows).
+  static constexpr std::array<bool, Keys::size> flow_row = [] {
+    std::array<bool, Keys::size> r{};
+    for (std::size_t i = 0; i < Keys::size; ++i)
+      r[i] = ends_with(Keys::names[i], ".age") || ends_with(Keys::names[i], ".e2e") ||
+             ends_with(Keys::names[i], ".age_clock_backwards");
+    return r;
+  }();
 
   static std::int64_t ns_since_epoch(time_point t) noexcept {
     return static_cast<std::int64_t>(
@@ -249,7 +330,7 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
     }
     const std::int64_t s = ns_since_epoch(start);
     b->push({s, std::max<std::int64_t>(0, ns_since_epoch(stop) - s), static_cast<std::uint32_t>(key),
-             added ? 1u : 0u});
+             added ? detail::trace_added : detail::trace_range});
   }
 
   detail::trace_buffer* local() const noexcept {

@@ -5,7 +5,9 @@
 // the call, so the host never waits for the device per item — only once at
 // exit (in-flight work completes before the worker reports done). With a
 // stateful policy it also records "<stage>.gpu", the device time of the work
-// per item (gpu_timer); with NullProfiler no timing event exists.
+// per item (gpu_timer); with NullProfiler no timing event exists. Flow
+// stamps (item.hpp) cross device links beside the slot (pipeline_core's
+// slot_stamp), never inside the user's device item.
 //
 // Call shapes (DS = dflash::device_stream<B>; a trailing worker index is optional):
 //   source  -> link   bool operator()(Out& slot, DS)         false = exhausted
@@ -53,6 +55,8 @@ void device_worker(Core& c, std::size_t w) noexcept {
   // synchronize below.
   using out_value = std::conditional_t<std::is_void_v<typename S::output_type>, char, typename S::output_type>;
   [[maybe_unused]] std::optional<out_value> y;
+  // flow: the tag of the item in hand (its stamp, or sequence number)
+  [[maybe_unused]] typename Core::tag_type tag{};
   try {
     // This thread's device is its stream's: the events and memory it makes
     // (slot events, timers, the stage's buffers) belong to it.
@@ -70,9 +74,8 @@ void device_worker(Core& c, std::size_t w) noexcept {
         else if constexpr (in_slot) return c.template link<I - 1>().pop(ds);
         // A host value: the stage's host code may read it as soon as the
         // call starts, so the host waits for the work writing it, not
-        // only the stream.
-        else if constexpr (T::template pending_at<I - 1>) return c.template pop_pending<I>([&](auto ev) { b.host_wait(ev); });
-        else return c.template link<I - 1>().pop();
+        // only the stream (pop_input does).
+        else return c.template pop_input<I>(tag);
       }();
       if constexpr (I > 0) {
         if (!in || c.cancelled()) break;
@@ -90,6 +93,9 @@ void device_worker(Core& c, std::size_t w) noexcept {
         if (!out) break;
       }
       // 3. the call: enqueues the work
+      // flow: the slot's stamp, read after pop (the channel orders it after the producer's write)
+      if constexpr (Core::flow && in_slot) tag = c.slot_stamp(I - 1, in->index());
+      c.template flow_start<I>(tag);
       if constexpr (P::enabled) timer->start(native);
       auto call = [&]() -> decltype(auto) {
         auto t = prof.scope(work_key{});
@@ -103,6 +109,12 @@ void device_worker(Core& c, std::size_t w) noexcept {
       else if constexpr (!out_slot && I + 1 < T::stage_count) y.emplace(call());
       else call();
       if constexpr (P::enabled) timer->stop(native);
+      // flow: a source's item is born as its call returns; the stamp goes beside the slot before publish
+      if constexpr (I == 0) {
+        if (more) tag = c.next_source_tag();
+      }
+      if constexpr (Core::flow && out_slot) c.slot_stamp(I, out->index()) = tag;
+      if (more) c.template flow_done<I>(tag);
       // 4. hand over: record on our stream after the work
       if constexpr (in_slot) c.template link<I - 1>().release(std::move(*in), ds);
       if constexpr (out_slot) {
@@ -116,7 +128,8 @@ void device_worker(Core& c, std::size_t w) noexcept {
         if constexpr (T::template pending_at<I>) {
           const auto ev = c.pool(I).acquire(dev);
           b.record(ev, native);
-          pending<typename S::output_type, B> pend{std::move(*y), ev};
+          typename Core::template item_type<I> pend{std::move(*y), ev};
+          if constexpr (Core::flow) pend.stamp = tag;
           {
             auto t = prof.scope(wait_key{});
             ok = c.template link<I>().push(std::move(pend));  // false: closed, pend left intact
@@ -125,7 +138,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
         } else {
           b.synchronize(native);  // a link to another process sends host bytes: the work writing them is done
           auto t = prof.scope(wait_key{});
-          ok = c.template link<I>().push(std::move(*y));  // false: closed, *y left intact
+          ok = c.template push_output<I>(std::move(*y), tag);  // false: closed (the work writing *y is done)
         }
         if (!ok) break;
       }

@@ -32,6 +32,7 @@ class direct_segment {
   static constexpr std::size_t B = T::template segment_last<A>();
   template <std::size_t K>
   using stage_t = typename Core::template stage_type<K>;
+  using tag_type = typename Core::tag_type;  // what follows an item: its sequence number or flow_stamp
 
  public:
   direct_segment(Core& c, std::size_t w)
@@ -77,25 +78,26 @@ class direct_segment {
         g_.exhausted = true;
         return false;
       }
-      const std::uint64_t seq = g_.issued++;
-      return step<1>(std::move(*item), seq);
+      const tag_type tag = c_.source_tag(g_.issued++);
+      c_.template flow_done<0>(tag);
+      return step<1>(std::move(*item), tag);
     } else {
       std::optional<typename S::input_type> item;
-      std::uint64_t seq = 0;
+      tag_type tag{};
       {
         auto t = prof_.scope(stage_wait_key<S::name>{});
-        item = c_.template pop_input<A>(seq);
+        item = c_.template pop_input<A>(tag);
       }
       if (!item || c_.cancelled()) return false;
-      auto first = [&](typename S::input_type&& x, std::uint64_t s) { return step<A>(std::move(x), s); };
-      if constexpr (T::template in_order_at<A>) return c_.template deliver_in_order<A>(std::move(*item), seq, first);
-      else return first(std::move(*item), seq);
+      auto first = [&](typename S::input_type&& x, const tag_type& g) { return step<A>(std::move(x), g); };
+      if constexpr (T::template in_order_at<A>) return c_.template deliver_in_order<A>(std::move(*item), tag, first);
+      else return first(std::move(*item), tag);
     }
   }
 
   // Stage K of the segment: takes the lock K runs under, then calls it.
   template <std::size_t K>
-  bool step(typename stage_t<K>::input_type&& x, std::uint64_t seq) {
+  bool step(typename stage_t<K>::input_type&& x, const tag_type& tag) {
     auto wait_scope = [&] {
       if constexpr (K == A) return prof_.scope(stage_wait_key<stage_t<K>::name>{});
       else return prof_.scope(push_wait_key<Core::template link_kind<K - 1>::name>{});
@@ -116,16 +118,17 @@ class direct_segment {
           lock_spinning(post_);
         }
         if (c_.cancelled()) return false;
-        if constexpr (T::template in_order_at<K> && K > A) return ordered_step<K>(std::move(x), seq);
+        if constexpr (T::template in_order_at<K> && K > A) return ordered_step<K>(std::move(x), tag);
       }
     }
-    return call<K>(std::move(x), seq);
+    return call<K>(std::move(x), tag);
   }
 
   // Under `post`: runs x if it is due, then the parked items that follow it;
   // parks x if it is early and the window has room; else waits for its turn.
   template <std::size_t K>
-  bool ordered_step(typename stage_t<K>::input_type&& x, std::uint64_t seq) {
+  bool ordered_step(typename stage_t<K>::input_type&& x, const tag_type& tag) {
+    const std::uint64_t seq = seq_of(tag);
     auto& o = c_.template reorder<K>();
     const std::size_t window = c_.shape().depths[K - 1];
     if (!o.due(seq) && o.parked() >= window) {
@@ -145,7 +148,7 @@ class direct_segment {
     if (c_.cancelled()) return false;
     const bool due = o.due(seq);
     const bool ok = c_.template deliver_in_order<K>(
-        std::move(x), seq, [&](typename stage_t<K>::input_type&& v, std::uint64_t s) { return call<K>(std::move(v), s); });
+        std::move(x), tag, [&](typename stage_t<K>::input_type&& v, const tag_type& g) { return call<K>(std::move(v), g); });
     if (due) {
       post_.unlock();
       g_.turn.notify_all();  // the item due next, or room in the window
@@ -155,20 +158,23 @@ class direct_segment {
 
   // Calls stage K (serial stages get worker index 0), then the next stage or the segment's output link.
   template <std::size_t K>
-  bool call(typename stage_t<K>::input_type&& x, std::uint64_t seq) {
+  bool call(typename stage_t<K>::input_type&& x, const tag_type& tag) {
     using S = stage_t<K>;
     S& s = c_.template stage<K>();
     const std::size_t w = K == p_ ? w_ : 0;
+    c_.template flow_start<K>(tag);
     if constexpr (K + 1 == T::stage_count) {
       timed(prof_, stage_work_key<S::name>{}, [&] { call_stage(s, w, std::move(x)); });
+      c_.template flow_done<K>(tag);
       return true;
     } else {
       typename S::output_type y = timed(prof_, stage_work_key<S::name>{}, [&] { return call_stage(s, w, std::move(x)); });
+      c_.template flow_done<K>(tag);
       if constexpr (K < B) {
-        return step<K + 1>(std::move(y), seq);
+        return step<K + 1>(std::move(y), tag);
       } else {
         auto t = prof_.scope(stage_wait_key<S::name>{});
-        return c_.template push_output<K>(std::move(y), seq);
+        return c_.template push_output<K>(std::move(y), tag);
       }
     }
   }

@@ -1,0 +1,173 @@
+// What following every item costs: the same profiled pipeline with flow
+// tracking on (AccumulatingProfiler: items carry a flow_stamp, stages record
+// "<stage>.age", the sink "<sink>.e2e") and off (the same profiler with
+// `flow = false`), in one process, rounds interleaved (the order alternates
+// each round). Stages as in pipeline_vs_tbb:
+//   source -> 2 parallel workers x W us busy work -> serial in-order S us -> sink
+// joined by queue links and by direct links, for 2000 items at W/S = 50/20 us
+// and 100000 items at 0/0 (the per-item hand-off cost, where a stamp shows most).
+// Reports process CPU microseconds per item (getrusage) for both and the
+// per-round ratio on/off: median and min-max spread.
+// A benchmark, not a test: no thresholds. DFLASH_BENCH_ROUNDS sets the rounds.
+#include <dflash/pipeline.hpp>
+#include <dflash/profile.hpp>
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "../compare.hpp"
+
+namespace {
+using clk = std::chrono::steady_clock;
+
+void busy(std::chrono::microseconds d) {  // CPU work, not a sleep
+  if (d.count() == 0) return;
+  const auto end = clk::now() + d;
+  while (clk::now() < end) {
+  }
+}
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+struct costs {
+  std::chrono::microseconds work, serial;
+  int items;
+};
+
+struct source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = int;
+  int items = 0;
+  int next = 0;
+  std::optional<int> operator()() { return next < items ? std::optional(next++) : std::nullopt; }
+};
+struct work {
+  static constexpr dflash::fixed_string name{"work"};
+  using input_type = int;
+  using output_type = int;
+  costs c;
+  int operator()(int&& x) const {
+    busy(c.work);
+    return x;
+  }
+};
+struct serial {
+  static constexpr dflash::fixed_string name{"serial"};
+  using input_type = int;
+  using output_type = int;
+  costs c;
+  int operator()(int&& x) const {
+    busy(c.serial);
+    return x;
+  }
+};
+struct sink {
+  static constexpr dflash::fixed_string name{"sink"};
+  using input_type = int;
+  using output_type = void;
+  long long* sum;
+  void operator()(int&& x) { *sum += x; }
+};
+template <class P>
+using queued = dflash::Pipeline<P, source, dflash::queue_link<"a", 8>, dflash::workers<work, 2>,
+                                dflash::queue_link<"b", 8>, dflash::in_order<serial>, dflash::queue_link<"c", 8>, sink>;
+template <class P>
+using direct = dflash::Pipeline<P, source, dflash::direct_link<"a", 8>, dflash::workers<work, 2>,
+                                dflash::direct_link<"b", 8>, dflash::in_order<serial>, dflash::direct_link<"c", 8>, sink>;
+
+using keys = dflash::pipeline_keys<queued<dflash::NullProfiler>>;
+static_assert(std::is_same_v<keys, dflash::pipeline_keys<direct<dflash::NullProfiler>>>);
+using flow_on = dflash::AccumulatingProfiler<keys>;
+struct flow_off : dflash::AccumulatingProfiler<keys> {
+  static constexpr bool flow = false;
+};
+static_assert(dflash::FlowPolicy<flow_on> && !dflash::FlowPolicy<flow_off>);
+
+// CPU us per item of one run; the result is checked.
+template <template <class> class Pipe, class P>
+double run(costs c) {
+  P prof;
+  long long sum = 0;
+  const double c0 = cpu_seconds();
+  {
+    Pipe<P> p(prof, source{c.items}, work{c}, serial{c}, sink{&sum});
+    p.run_to_completion();
+  }
+  const double cpu = (cpu_seconds() - c0) * 1e6 / c.items;
+  if (sum != 1LL * c.items * (c.items - 1) / 2) {
+    std::fprintf(stderr, "flow_overhead: wrong result\n");
+    std::exit(1);
+  }
+  const auto s = prof.snapshot();
+  if ((s.find("sink.e2e")->count != 0) != dflash::FlowPolicy<P>) {
+    std::fprintf(stderr, "flow_overhead: sink.e2e recorded %llu items with flow %s\n",
+                 static_cast<unsigned long long>(s.find("sink.e2e")->count), dflash::FlowPolicy<P> ? "on" : "off");
+    std::exit(1);
+  }
+  return cpu;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = std::getenv("DFLASH_BENCH_ROUNDS") ? std::atoi(std::getenv("DFLASH_BENCH_ROUNDS"))
+                                                        : dflash_bench::rounds_arg(argc, argv, 9);
+  if (rounds < 1) {
+    std::fprintf(stderr, "flow_overhead: rounds must be at least 1 (got %d)\n", rounds);
+    return 2;
+  }
+  using us = std::chrono::microseconds;
+  struct config {
+    const char* what;
+    costs c;
+    bool direct;
+    std::vector<double> on, off, ratio;
+  };
+  std::vector<config> cfgs{{"50/20 us work, 2000 items", {us(50), us(20), 2000}, false, {}, {}, {}},
+                           {"50/20 us work, 2000 items", {us(50), us(20), 2000}, true, {}, {}, {}},
+                           {"0/0 us, 100000 items", {us(0), us(0), 100000}, false, {}, {}, {}},
+                           {"0/0 us, 100000 items", {us(0), us(0), 100000}, true, {}, {}, {}}};
+  const auto one = [](const config& cf, bool on) {
+    if (cf.direct) return on ? run<direct, flow_on>(cf.c) : run<direct, flow_off>(cf.c);
+    return on ? run<queued, flow_on>(cf.c) : run<queued, flow_off>(cf.c);
+  };
+  for (auto& cf : cfgs) {  // warm-up
+    one(cf, true);
+    one(cf, false);
+  }
+  for (int r = 0; r < rounds; ++r)
+    for (auto& cf : cfgs) {
+      double on, off;
+      if (r % 2) {
+        on = one(cf, true);
+        off = one(cf, false);
+      } else {
+        off = one(cf, false);
+        on = one(cf, true);
+      }
+      cf.on.push_back(on);
+      cf.off.push_back(off);
+      cf.ratio.push_back(on / off);
+    }
+  std::printf("# flow_overhead: %d interleaved rounds; process CPU us per item, AccumulatingProfiler with flow "
+              "tracking on vs off\n",
+              rounds);
+  std::printf("| stages | links | CPU us/item flow on | CPU us/item flow off | on / off (median) | spread (min-max) |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const auto& cf : cfgs) {
+    const auto q = dflash_bench::summarize(cf.ratio);
+    std::printf("| %s | %s | %.2f | %.2f | %.3f | %.3f-%.3f |\n", cf.what, cf.direct ? "direct_link" : "queue_link",
+                dflash_bench::summarize(cf.on).median, dflash_bench::summarize(cf.off).median, q.median, q.min, q.max);
+  }
+  return 0;
+}
