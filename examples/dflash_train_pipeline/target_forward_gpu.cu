@@ -205,7 +205,7 @@ struct worker_state {
 
 struct target_forward_gpu::impl {
   std::int32_t vocab = 0, hidden = 0, layers = 0, feature = 0, max_tokens = 0;
-  std::vector<std::int32_t> tap_of_layer;  // [layers]: tap index, or -1
+  std::vector<std::vector<std::int32_t>> taps_of_layer;  // [layers]: the tap columns it fills (a layer may be tapped twice)
   int device = 0;
   cublasMath_t math = CUBLAS_DEFAULT_MATH;
   float* embedding = nullptr;  // [vocab, H]
@@ -216,10 +216,16 @@ struct target_forward_gpu::impl {
   impl() = default;
   impl(const impl&) = delete;
   impl& operator=(const impl&) = delete;
+  // Torn down on the device it was built on: a cuBLAS handle assumes its
+  // device is unchanged from cublasCreate to cublasDestroy, and the frees and
+  // syncs belong there too (the destroying thread may have another current device).
   ~impl() {
+    int before = 0;
+    const bool switched = cudaGetDevice(&before) == cudaSuccess && before != device && cudaSetDevice(device) == cudaSuccess;
     workers.clear();  // waits for their last steps before the weights go
     for (float* p : {embedding, weights, bias})
       if (p) (void)cudaFree(p);
+    if (switched) (void)cudaSetDevice(before);
   }
 };
 
@@ -248,9 +254,9 @@ target_forward_gpu::target_forward_gpu(const TargetModel& model, std::int32_t ma
   d->feature = model.feature_dim();
   d->max_tokens = max_tokens;
   d->math = options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-  d->tap_of_layer.assign(static_cast<std::size_t>(cfg.layers), -1);
+  d->taps_of_layer.assign(static_cast<std::size_t>(cfg.layers), {});
   for (std::size_t k = 0; k < model.taps().size(); ++k)
-    d->tap_of_layer.at(static_cast<std::size_t>(model.taps()[k])) = static_cast<std::int32_t>(k);
+    d->taps_of_layer.at(static_cast<std::size_t>(model.taps()[k])).push_back(static_cast<std::int32_t>(k));
   cuda_check(cudaGetDevice(&d->device), "target_forward_gpu: cudaGetDevice");
 
   // The weights, once (synchronous copies: construction precedes every step).
@@ -403,7 +409,7 @@ void target_forward_gpu::enqueue(std::span<const std::int32_t> tokens, std::span
                      "cublasSgemm");
         residual_kernel<<<grid, kThreads, 0, s>>>(st.u, d.bias + ls * Hs, S, H, st.x);
         cuda_check_launch("target_forward_gpu: residual");
-        if (const std::int32_t k = d.tap_of_layer[ls]; k >= 0) {
+        for (const std::int32_t k : d.taps_of_layer[ls]) {  // every column the CPU model copies this layer into
           tap_kernel<<<grid, kThreads, 0, s>>>(st.x, dst, S, H, d.feature, k * H, out);
           cuda_check_launch("target_forward_gpu: tap");
         }

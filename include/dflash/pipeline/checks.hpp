@@ -120,6 +120,17 @@ struct static_checks {
   static constexpr bool value = check_all(std::make_index_sequence<T::link_count>{});
 };
 
+// A profiler that follows items (FlowPolicy, item.hpp) must list the flow rows among its keys.
+template <class Core>
+struct flow_keys_check {
+  static_assert(!Core::flow || Core::flow_keys_listed,
+                "dflash::Pipeline: this profiler follows every item (it times with a clock, pipeline/item.hpp) and "
+                "records '<stage>.age', '<stage>.age_clock_backwards' and '<sink>.e2e', which its key set lacks: "
+                "build its keys with dflash::pipeline_keys<...>, or opt out of flow tracking with a policy that "
+                "declares `static constexpr bool flow = false;`");
+  static constexpr bool value = true;
+};
+
 /// The stage with several workers in the direct segment starting at A, or stage_count if none.
 template <class T, std::size_t A, class Shape>
 std::size_t parallel_stage_of(const Shape& s) noexcept {

@@ -56,11 +56,7 @@ class Pipeline {
   using topo = detail::topology<Specs...>;
   static_assert(detail::static_checks<topo>::value);
   using core_type = detail::pipeline_core<P, Specs...>;
-  static_assert(!core_type::flow || core_type::flow_keys_listed,
-                "dflash::Pipeline: this profiler follows every item (it times with a clock, pipeline/item.hpp) and "
-                "records '<stage>.age', '<stage>.age_clock_backwards' and '<sink>.e2e', which its key set lacks: "
-                "build its keys with dflash::pipeline_keys<...>, or opt out of flow tracking with a policy that "
-                "declares `static constexpr bool flow = false;`");
+  static_assert(detail::flow_keys_check<core_type>::value);
 
   template <class... Args>
   static constexpr bool stage_args = sizeof...(Args) == topo::stage_count || sizeof...(Args) == 0;
