@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 #include <vector>
+#include "numbers_source.hpp"
 
 using B = dflash::cuda_backend;
 using DS = dflash::device_stream<B>;
@@ -32,16 +33,7 @@ struct gslot : dflash::device_item<B> {
 };
 
 template <class P>
-struct numbers {
-  static constexpr dflash::fixed_string name{"numbers"};
-  using input_type = void;
-  using output_type = int;
-  int n = 0, next = 0;
-  std::optional<int> operator()() {
-    if (next >= n) return std::nullopt;
-    return next++;
-  }
-};
+using numbers = dflash_test::numbers;
 
 template <class P>
 struct gfill {

@@ -7,6 +7,7 @@
 #include <dflash/device/host_stream_backend.hpp>
 #include <dflash/pipeline.hpp>
 
+#include "numbers_source.hpp"
 #include "watchdog.hpp"
 
 #include <algorithm>
@@ -58,16 +59,7 @@ struct result {
   std::unique_ptr<int> ok;
 };
 
-struct numbers {
-  static constexpr dflash::fixed_string name{"numbers"};
-  using input_type = void;
-  using output_type = int;
-  int n = 0, next = 0;
-  std::optional<int> operator()() {
-    if (next >= n) return std::nullopt;
-    return next++;
-  }
-};
+using dflash_test::numbers;
 
 template <class Slot>
 struct fill {

@@ -18,6 +18,7 @@
 #include <numeric>
 #include <optional>
 #include <vector>
+#include "numbers_source.hpp"
 
 using B = dflash::cuda_backend;
 using DS = dflash::device_stream<B>;
@@ -37,16 +38,7 @@ struct gslot : dflash::device_item<B> {
   }
 };
 
-struct numbers {
-  static constexpr dflash::fixed_string name{"numbers"};
-  using input_type = void;
-  using output_type = int;
-  int n = 0, next = 0;
-  std::optional<int> operator()() {
-    if (next >= n) return std::nullopt;
-    return next++;
-  }
-};
+using dflash_test::numbers;
 
 struct gfill {
   static constexpr dflash::fixed_string name{"fill"};

@@ -8,6 +8,7 @@
 #include <dflash/profile.hpp>
 #include <dflash/profile/trace_profiler.hpp>
 
+#include "numbers_source.hpp"
 #include "watchdog.hpp"
 
 #include <nlohmann/json.hpp>
@@ -31,16 +32,7 @@ namespace {
 using clk = dflash::manual_clock;
 
 template <class P>
-struct numbers {
-  static constexpr dflash::fixed_string name{"numbers"};
-  using input_type = void;
-  using output_type = int;
-  int n = 0, next = 0;
-  std::optional<int> operator()() {
-    if (next >= n) return std::nullopt;
-    return next++;
-  }
-};
+using numbers = dflash_test::numbers;
 // Advances the manual clock by `step` in its call; `back_at` sets it 1 ms back instead.
 template <class P>
 struct mid {
