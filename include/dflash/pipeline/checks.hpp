@@ -131,14 +131,6 @@ struct flow_keys_check {
   static constexpr bool value = true;
 };
 
-/// The stage with several workers in the direct segment starting at A, or stage_count if none.
-template <class T, std::size_t A, class Shape>
-std::size_t parallel_stage_of(const Shape& s) noexcept {
-  for (std::size_t k = A; k <= T::template segment_last<A>(); ++k)
-    if (s.workers[k] > 1) return k;
-  return T::stage_count;
-}
-
 // A direct segment runs on the threads of its one parallel stage; its source
 // (if any) is serial; an in_order stage in it directly follows the parallel stage.
 template <class T, std::size_t A, class Shape>

@@ -238,9 +238,7 @@ class pipeline_core {
   /// The stage with several workers in the direct segment starting at A, or stage_count if none.
   template <std::size_t A>
   [[nodiscard]] std::size_t parallel_stage() const noexcept {
-    for (std::size_t k = A; k <= topo::template segment_last<A>(); ++k)
-      if (shape_.workers[k] > 1) return k;
-    return stage_count;
+    return parallel_stage_of<topo, A>(shape_);
   }
   template <std::size_t I>
   void set_live(std::size_t n) noexcept {

@@ -73,7 +73,7 @@ template <fixed_string Name, std::size_t Depth, class ConsumerThreads, class Car
 struct link_answers {
   static constexpr auto name = Name;
   static constexpr std::size_t depth = Depth;
-  using keys = key_set<name_cat<Name, ".push_wait">, name_cat<Name, ".pop_wait">>;
+  using keys = queue_keys<Name>;
   using consumer_threads = ConsumerThreads;
   using carries = Carries;
   static constexpr bool crosses_processes = CrossesProcesses;

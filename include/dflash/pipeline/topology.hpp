@@ -130,6 +130,14 @@ struct topology {
   static constexpr bool pending_at = !slots_at<L> && device_stage<L> && !crosses_at<L>;
 };
 
+/// The stage with several workers in the direct segment starting at A, or stage_count if none.
+template <class T, std::size_t A, class Shape>
+std::size_t parallel_stage_of(const Shape& s) noexcept {
+  for (std::size_t k = A; k <= T::template segment_last<A>(); ++k)
+    if (s.workers[k] > 1) return k;
+  return T::stage_count;
+}
+
 /// Every key the pipeline of topology T records (its stages' wait / work / gpu
 /// and own keys, the flow rows age / age_clock_backwards / e2e, its links'
 /// keys); independent of the profiler. Apart from
