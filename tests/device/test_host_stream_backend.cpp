@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -169,4 +170,19 @@ TEST_CASE("device_buffer / host_buffer: a size whose bytes overflow size_t is a 
   CHECK(d.size() == 3);
   b.synchronize(st);
   b.destroy_stream(st);
+}
+
+TEST_CASE("host twin: the stream's thread is labelled after the thread that enqueues its work", "[device][twin]") {
+  watchdog wd("twin label");
+  B b;
+  auto s = b.create_stream();
+  std::string seen;  // written by the stream thread, read after sync
+  std::thread worker([&] {
+    dflash::detail::thread_label() = "postprocess#0";
+    b.enqueue(s, [&] { seen = dflash::detail::thread_label(); });
+    b.synchronize(s);
+  });
+  worker.join();
+  CHECK(seen == "postprocess#0 work (host twin)");
+  b.destroy_stream(s);
 }

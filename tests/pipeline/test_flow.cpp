@@ -9,6 +9,7 @@
 #include <dflash/profile/trace_profiler.hpp>
 
 #include "numbers_source.hpp"
+#include "trace_check.hpp"
 #include "watchdog.hpp"
 
 #include <nlohmann/json.hpp>
@@ -224,68 +225,6 @@ TEST_CASE("stamps cross a device link beside the slot and a pending host link", 
 // ---- the trace: ranges on tracks, device time on stream tracks, flows from source to sink ----
 namespace {
 using json = nlohmann::json;
-struct range {
-  std::int64_t start, end;
-  std::string name;
-};
-std::int64_t ns_of(const json& us) { return std::llround(us.get<double>() * 1000.0); }
-
-// Checks what a viewer needs of a trace and returns, per item id, the names
-// of the ranges its flow events bind to, in time order.
-std::map<std::uint64_t, std::vector<std::string>> check_trace(const json& t, std::map<std::uint64_t, std::string>& track_names) {
-  std::map<std::uint64_t, std::vector<range>> tracks;
-  for (const auto& e : t["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "thread_name") track_names[e["tid"].get<std::uint64_t>()] = e["args"]["name"];
-    if (e["ph"] != "X") continue;
-    const std::int64_t s = ns_of(e["ts"]);
-    tracks[e["tid"].get<std::uint64_t>()].push_back({s, s + ns_of(e["dur"]), e["name"]});
-  }
-  // 1. no two ranges of a track overlap partly: each is nested in or disjoint from the others
-  for (auto& [tid, rs] : tracks) {
-    std::sort(rs.begin(), rs.end(), [](const range& a, const range& b) {
-      return a.start != b.start ? a.start < b.start : a.end > b.end;
-    });
-    std::vector<std::int64_t> open;
-    for (const auto& r : rs) {
-      while (!open.empty() && open.back() <= r.start) open.pop_back();
-      INFO("track " << track_names[tid] << ": " << r.name << " [" << r.start << ", " << r.end << ")");
-      REQUIRE((open.empty() || r.end <= open.back()));
-      open.push_back(r.end);
-    }
-  }
-  // 2. every flow event lies on a range of its track (the innermost one it binds to)
-  std::map<std::uint64_t, std::vector<std::pair<std::int64_t, std::string>>> steps;
-  std::map<std::uint64_t, std::string> first, last;
-  for (const auto& e : t["traceEvents"]) {
-    const std::string ph = e["ph"];
-    if (ph != "s" && ph != "t" && ph != "f") continue;
-    REQUIRE(e["cat"] == "dflash.flow");
-    const std::int64_t ts = ns_of(e["ts"]);
-    const range* on = nullptr;
-    for (const auto& r : tracks[e["tid"].get<std::uint64_t>()])
-      if (r.start <= ts && ts <= r.end && (on == nullptr || r.start >= on->start)) on = &r;
-    INFO("flow event " << ph << " id " << e["id"] << " at " << ts);
-    REQUIRE(on != nullptr);
-    const auto id = e["id"].get<std::uint64_t>();
-    steps[id].emplace_back(ts, on->name);
-    if (ph == "s") first[id] += "s";
-    if (ph == "f") {
-      last[id] += "f";
-      REQUIRE(e["bp"] == "e");  // an end binds to the range around it, not the next one
-    }
-  }
-  // 3. each flow starts once and ends once
-  std::map<std::uint64_t, std::vector<std::string>> paths;
-  for (auto& [id, v] : steps) {
-    INFO("item " << id);
-    REQUIRE(first[id] == "s");
-    REQUIRE(last[id] == "f");
-    std::sort(v.begin(), v.end());
-    for (const auto& [ts, name] : v) paths[id].push_back(name);
-  }
-  return paths;
-}
-
 template <class P>
 using traced_chain =
     dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in", 4>, dflash::workers<fill<P>, 2>,
@@ -304,8 +243,11 @@ TEST_CASE("trace: .gpu on stream tracks, no partial overlap, one item followed f
   REQUIRE(got.size() == 100);
   REQUIRE(trace.dropped() == 0);
   const json t = json::parse(trace.json());
-  std::map<std::uint64_t, std::string> names;
-  const auto paths = check_trace(t, names);
+  const auto r = dflash_test::check_trace(t);
+  for (const auto& problem : r.problems) FAIL_CHECK(problem);
+  REQUIRE(r.problems.empty());
+  const auto& paths = r.paths;
+  auto names = r.track_names;
   REQUIRE(paths.size() == 100);
   const std::vector<std::string> expected{"numbers.work", "fill.work", "read.work", "sink.work"};
   for (const auto& [id, path] : paths) {

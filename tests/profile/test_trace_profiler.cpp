@@ -89,9 +89,9 @@ TEST_CASE("timestamps are written exactly, with nanosecond digits", "[trace]") {
   // A steady_clock-sized value: 17 significant digits would not survive a double round trip.
   manual_clock::set(manual_clock::time_point{123'456'789'012'345'678ns});
   fake_trace t(4);
-  t.add("forward"_key, 0ns);
+  t.add("forward"_key, 1ns);
   const std::string s = t.json();
-  CHECK(s.find("\"ts\":123456789012345.678,\"dur\":0.000") != std::string::npos);
+  CHECK(s.find("\"ts\":123456789012345.677,\"dur\":0.001") != std::string::npos);
   CHECK(json::parse(s).is_object());
 }
 
@@ -290,4 +290,62 @@ TEST_CASE("durations added one after another never overlap partly on the stream 
   CHECK(x[0].at("ts").get<double>() == Approx(995.0).epsilon(1e-12));
   CHECK(x[1].at("ts").get<double>() == Approx(1000.0).epsilon(1e-12));
   CHECK(x[1].at("dur").get<double>() == Approx(4.0).epsilon(1e-12));
+}
+
+TEST_CASE("a zero duration added (a wait that did not wait) is not drawn", "[trace]") {
+  manual_clock::set(manual_clock::time_point{1'000'000ns});
+  fake_trace t(16);
+  t.add("queue \"wait\""_key, 0ns);
+  t.add("forward"_key, 3us);
+  const auto x = complete_events(json::parse(t.json()));
+  REQUIRE(x.size() == 1);
+  CHECK(x[0].at("name") == "forward");
+}
+
+TEST_CASE("a thread labelled elsewhere (a host-twin stream running a worker's work) gets a named track", "[trace]") {
+  real_trace t;
+  std::thread w([&] {
+    dflash::detail::thread_label() = "postprocess#0 work (host twin)";
+    auto s = t.scope("pack"_key);
+  });
+  w.join();
+  const json j = json::parse(t.json());
+  std::set<std::string> names;
+  for (const auto& e : j["traceEvents"])
+    if (e["name"] == "thread_name") names.insert(e["args"]["name"].get<std::string>());
+  CHECK(names.count("postprocess#0 work (host twin)") == 1);
+  CHECK(names.count("thread 1") == 0);
+}
+
+TEST_CASE("a flow event binds to the stage's range, not to a zone nested in it", "[trace]") {
+  manual_clock::set(manual_clock::time_point{1'000'000ns});
+  fake_trace t(16);
+  {
+    auto outer = t.scope("forward"_key);  // [1000, 1010] µs
+    {
+      auto inner = t.scope("pack"_key);  // [1000, 1010] µs too: from the outer's first to its last ns
+      manual_clock::advance(10us);
+    }
+  }
+  t.flow_step("forward"_key, 7, dflash::flow_phase::start);
+  manual_clock::advance(1us);
+  {
+    auto outer = t.scope("forward"_key);  // [1011, 1015] µs, a zone in its middle
+    manual_clock::advance(1us);
+    {
+      auto inner = t.scope("pack"_key);
+      manual_clock::advance(2us);
+    }
+    manual_clock::advance(1us);
+  }
+  t.flow_step("forward"_key, 7, dflash::flow_phase::end);
+  const json j = json::parse(t.json());
+  std::vector<double> at;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "s" || e["ph"] == "f") at.push_back(e["ts"].get<double>());
+  REQUIRE(at.size() == 2);
+  // the first range is tiled by its zone: the flow falls back to its midpoint
+  CHECK(at[0] == Approx(1005.0).epsilon(1e-12));
+  // the second has room before its zone: 1 ns after its start
+  CHECK(at[1] == Approx(1011.001).epsilon(1e-12));
 }

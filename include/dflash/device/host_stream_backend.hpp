@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/thread_label.hpp"
 #include "dflash/device/backend.hpp"
 
 namespace dflash {
@@ -262,6 +263,7 @@ class host_stream_backend {
     void push(std::function<void()> f, bool control) {
       {
         std::lock_guard lk(m_);
+        if (label_.empty() && !detail::thread_label().empty()) label_ = detail::thread_label() + " work (host twin)";
         tasks_.push_back({std::move(f), control});
       }
       cv_.notify_one();
@@ -291,6 +293,7 @@ class host_stream_backend {
           if (tasks_.empty()) return;  // stopping, and everything enqueued has run
           t = std::move(tasks_.front());
           tasks_.pop_front();
+          if (detail::thread_label().size() != label_.size()) detail::thread_label() = label_;
         }
         if (!t.control && error()) continue;  // poisoned: skip work, keep markers
         try {
@@ -304,6 +307,7 @@ class host_stream_backend {
     std::mutex m_;
     std::condition_variable cv_;
     std::deque<task> tasks_;
+    std::string label_;  // the first enqueuer's thread label, for a trace of what this thread runs
     bool stopping_ = false;
     const int device_;
     mutable std::mutex err_m_;

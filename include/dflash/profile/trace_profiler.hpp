@@ -25,7 +25,9 @@
 // wrongly): durations measured elsewhere (add(), e.g. a device stage's
 // "<stage>.gpu") go on the thread's second track, "<thread> stream", one after
 // the other in the order they were added — each ends where the host learnt of
-// it or, if that would overlap the one before, starts where it ended. Flow
+// it or, if that would overlap the one before, starts where it ended; a zero
+// duration (a queue's wait that did not wait) is counted by other policies
+// but not drawn. Flow
 // rows of a pipeline ("<stage>.age", "<sink>.e2e", ...) are item lifetimes
 // that overlap by nature: not drawn as ranges; a pipeline calls flow_step()
 // instead, and the trace gets Chrome flow events ("s"/"t"/"f", id = the item's
@@ -50,9 +52,11 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dflash/detail/os.hpp"
+#include "dflash/detail/thread_label.hpp"
 #include "dflash/profile/clock.hpp"
 #include "dflash/profile/clock_profiler_base.hpp"
 #include "dflash/profile/key.hpp"
@@ -153,6 +157,7 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
   void name_thread(std::string name) const {
     detail::trace_buffer* b = local();
     if (b == nullptr) throw std::bad_alloc();
+    detail::thread_label() = name;  // work this thread hands to a host-twin stream is labelled after it
     const std::lock_guard lock(m_);
     b->name = std::move(name);
   }
@@ -252,8 +257,10 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
 
   /// A pipeline's stage just ended its work range `K` on this thread for the
   /// item numbered `seq`: binds the item's flow (from the source's range,
-  /// through each stage's, to the sink's) to that range, at its midpoint.
-  /// Nothing when this thread's last range is not K's.
+  /// through each stage's, to the sink's) to that range, at an instant inside
+  /// it that no range nested in it covers (a viewer binds a flow event to the
+  /// innermost range around it: a user's zone inside the stage would take
+  /// the arrow). Nothing when this thread's last range is not K's.
   template <Key K>
   void flow_step(K, std::uint64_t seq, flow_phase phase) const noexcept {
     this->template check_key<K>();
@@ -267,7 +274,7 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
       const auto kind = phase == flow_phase::start  ? detail::trace_flow_start
                         : phase == flow_phase::step ? detail::trace_flow_step
                                                     : detail::trace_flow_end;
-      b->push({e.start_ns + e.dur_ns / 2, static_cast<std::int64_t>(seq), e.key, kind});
+      b->push({free_instant(*b, i), static_cast<std::int64_t>(seq), e.key, kind});
       return;
     }
   }
@@ -293,7 +300,7 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
   /// ending now or right after the one before (the file comment says why);
   /// a pipeline's flow rows are not drawn.
   void on_added(std::size_t key, std::uint64_t ns) const noexcept {
-    if (flow_row[key]) return;
+    if (flow_row[key] || ns == 0) return;  // a zero-length range (a wait that did not wait) has nothing to draw
     detail::trace_buffer* b = local();
     if (b == nullptr) {
       unbuffered_drops_.fetch_add(1, std::memory_order_relaxed);
@@ -303,6 +310,33 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
     const std::int64_t start = std::max(ns_since_epoch(Clock::now()) - d, b->added_end);
     b->added_end = start + d;
     b->push({start, d, static_cast<std::uint32_t>(key), detail::trace_added});
+  }
+  // An instant of range i that none of the ranges nested in it covers: just
+  // after its start, else just after one of its children's ends; its midpoint
+  // if children tile it to the nanosecond (or are too many to look at: this
+  // runs once per item and stage). Children are recorded before their parent
+  // (a range is pushed when it ends), so they sit just below i.
+  static std::int64_t free_instant(const detail::trace_buffer& b, std::size_t i) noexcept {
+    const detail::trace_event& e = b.events[i];
+    const std::int64_t end = e.start_ns + e.dur_ns;
+    std::array<std::pair<std::int64_t, std::int64_t>, 32> kids;
+    std::size_t n = 0;
+    for (std::size_t j = i; j-- > 0;) {
+      const detail::trace_event& c = b.events[j];
+      if (c.kind != detail::trace_range) continue;
+      if (c.start_ns < e.start_ns) break;  // before the parent began: no more children
+      if (n == kids.size()) return e.start_ns + e.dur_ns / 2;
+      kids[n++] = {c.start_ns, c.start_ns + c.dur_ns};
+    }
+    const auto free = [&](std::int64_t t) {
+      for (std::size_t k = 0; k < n; ++k)
+        if (kids[k].first <= t && t <= kids[k].second) return false;
+      return true;
+    };
+    if (const std::int64_t first = std::min(e.start_ns + 1, end); free(first)) return first;
+    for (std::size_t k = 0; k < n; ++k)
+      if (const std::int64_t after = kids[k].second + 1; after < end && free(after)) return after;
+    return e.start_ns + e.dur_ns / 2;
   }
   static constexpr std::uint32_t stream_tid(std::uint32_t tid) noexcept { return tid + (1u << 20); }
   static constexpr bool ends_with(std::string_view s, std::string_view tail) noexcept {
@@ -351,6 +385,7 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
         buffers_.push_back(std::make_unique<detail::trace_buffer>(
             capacity_, static_cast<std::uint32_t>(buffers_.size() + 1), me));
         b = buffers_.back().get();
+        b->name = detail::thread_label();  // empty unless the thread was labelled elsewhere
       }
     } catch (...) {  // out of memory: this event is dropped and counted, not fatal
       return nullptr;
