@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "../compare.hpp"
@@ -111,10 +112,17 @@ int main(int argc, char** argv) {
               rounds);
   std::printf("| stages | links | CPU us/item flow on | CPU us/item flow off | on / off (median) | spread (min-max) |\n");
   std::printf("|---|---|---|---|---|---|\n");
+  // --benchmark_out=PATH (from scripts/bench.sh): the comparison JSON of compare.hpp, for the report.
+  dflash_bench::comparison cmp{"flow_overhead", "CPU us/item", {}, {}};
   for (const auto& cf : cfgs) {
     const auto q = dflash_bench::summarize(cf.ratio);
-    std::printf("| %s | %s | %.2f | %.2f | %.3f | %.3f-%.3f |\n", cf.what, cf.direct ? "direct_link" : "queue_link",
-                dflash_bench::summarize(cf.on).median, dflash_bench::summarize(cf.off).median, q.median, q.min, q.max);
+    const double on = dflash_bench::summarize(cf.on).median, off = dflash_bench::summarize(cf.off).median;
+    const char* links = cf.direct ? "direct_link" : "queue_link";
+    std::printf("| %s | %s | %.2f | %.2f | %.3f | %.3f-%.3f |\n", cf.what, links, on, off, q.median, q.min, q.max);
+    char extra[128];
+    std::snprintf(extra, sizeof extra, "\"subject_cpu_us_per_item\":%.4f,\"anchor_cpu_us_per_item\":%.4f", on, off);
+    cmp.add_row(std::string(cf.what) + ", " + links, "flow tracking on", "flow tracking off", rounds, on, off, q, extra);
   }
+  cmp.write(argc, argv);
   return 0;
 }
