@@ -1,6 +1,8 @@
 // Randomized fault scenarios against the link kinds: device links on the
-// asynchronous host twin, queue links into an in_order stage (several source
-// workers), direct-link segments. Every scenario is drawn from (seed, index)
+// asynchronous host twin (on one simulated device, or placed over several with
+// and without peer access), queue links into an in_order stage (several source
+// workers), direct-link segments, and a profiled pipeline whose items carry flow
+// stamps. Every scenario is drawn from (seed, index)
 // and checks the promise users rely on: every item the source produced arrives
 // exactly once and intact, or the run reports an error (the fault that fired)
 // or was stopped on purpose — never a normal end with items missing, never a
@@ -12,9 +14,11 @@
 #include <catch2/catch.hpp>
 #include <dflash/device/host_stream_backend.hpp>
 #include <dflash/pipeline.hpp>
+#include <dflash/profile.hpp>
 
 #include "watchdog.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -48,6 +52,9 @@ struct scenario {
   int delay_us;     // stop() after this long
   int slow_every;   // every k-th item's work sleeps 0..slow_us
   int slow_us;
+  int devices;      // simulated devices the device stages' workers spread over (placement family)
+  bool peers;       // whether they may reach each other's memory (else the link copies into mirrors)
+  std::uint64_t placement;  // bits that pick each worker's device
 
   std::string replay() const {
     return "DFLASH_STRESS_SEED=" + std::to_string(seed) + " DFLASH_STRESS_INDEX=" + std::to_string(index);
@@ -87,6 +94,9 @@ scenario draw(std::uint64_t seed, std::uint64_t index, bool device) {
   s.delay_us = pick(0, 3000);
   s.slow_every = pick(0, 1) ? pick(1, 9) : 0;
   s.slow_us = pick(0, 300);
+  s.devices = pick(1, 3);
+  s.peers = pick(0, 1) == 1;
+  s.placement = r();
   return s;
 }
 
@@ -116,6 +126,11 @@ int pattern(int x, std::size_t i) { return x * 7919 + static_cast<int>(i); }
 struct dslot : dflash::device_item<B> {
   int value = -1;
   dflash::device_buffer<int, B> data;
+  // The consumer is on another device without peer access: the link copies the slot.
+  void mirror_from(const dslot& src, const DS& ds) {
+    value = src.value;
+    data.copy_from(src.data, ds);
+  }
 };
 struct checked {
   int value;
@@ -123,8 +138,13 @@ struct checked {
 };
 
 // Enqueues the work that writes item x into a slot (it may throw: the fault).
+// Every kernel checks that the memory it touches is reachable from its stream's
+// device (the twin's placement check): a slot read on the wrong device fails the run.
 void write_item(const DS& ds, int* d, int x, const scenario& sc) {
-  ds.enqueue([d, x, &sc] {
+  B* b = &ds.backend();
+  const auto st = ds.native();
+  ds.enqueue([d, x, &sc, b, st] {
+    b->check_access(d, st);
     if (sc.f == fault::throw_in_work && x == sc.fault_at) throw fault_error("work failed at " + std::to_string(x));
     maybe_sleep(sc, x);
     for (std::size_t i = 0; i < words; ++i) d[i] = pattern(x, i);
@@ -165,7 +185,10 @@ struct d_verify {
     const int* d = in.data.data();
     const int x = in.value;
     std::atomic<int>* ok = c.ok.get();
-    ds.enqueue([d, x, ok] {
+    B* b = &ds.backend();
+    const auto st = ds.native();
+    ds.enqueue([d, x, ok, b, st] {
+      b->check_access(d, st);
       bool good = true;
       for (std::size_t i = 0; i < words; ++i) good = good && d[i] == pattern(x, i);
       ok->store(good ? 1 : 0);
@@ -188,9 +211,15 @@ struct d_sink {
     if (s->f == fault::stop_from_sink && c.value == s->fault_at) throw dflash::pipeline_stop{};
   }
 };
-using device_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_link<"in", 4>,
-                                     dflash::workers<d_fill, 1>, dflash::device_link<"hs", 2>,
-                                     dflash::workers<d_verify, 1>, dflash::queue_link<"out", 4>, d_sink>;
+template <class P>
+using device_pipe_of = dflash::Pipeline<P, dflash::workers<d_source, 1>, dflash::queue_link<"in", 4>,
+                                        dflash::workers<d_fill, 1>, dflash::device_link<"hs", 2>,
+                                        dflash::workers<d_verify, 1>, dflash::queue_link<"out", 4>, d_sink>;
+using device_pipe = device_pipe_of<NullProfiler>;
+// Items carry flow stamps beside the device slot and in the host links' envelopes.
+using flow_prof = dflash::AccumulatingProfiler<dflash::pipeline_keys<device_pipe>>;
+static_assert(dflash::FlowPolicy<flow_prof>);
+using flow_pipe = device_pipe_of<flow_prof>;
 
 // A device source: several workers fill slots directly. Worker w > 0 quits
 // early (once `next` passes its quota) and worker 0 runs to the end, so slots
@@ -346,33 +375,50 @@ void sweep(const char* family, Run&& one) {
 std::string describe(const scenario& s) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "items %d, workers %zu/%zu/%zu, depths %zu/%zu/%zu, fault '%s' at %d, delay %d us, slow every %d by %d us",
+                "items %d, workers %zu/%zu/%zu, depths %zu/%zu/%zu, fault '%s' at %d, delay %d us, slow every %d by %d us, "
+                "devices %d (peer access %s)",
                 s.items, s.w_source, s.w_mid, s.w_last, s.depth_in, s.depth_link, s.depth_out, name_of(s.f), s.fault_at,
-                s.delay_us, s.slow_every, s.slow_us);
+                s.delay_us, s.slow_every, s.slow_us, s.devices, s.peers ? "on" : "off");
   return buf;
 }
 
 // One scenario of a family: `make` builds the pipeline for it; `ordered`
-// says whether the sink must see values in order.
-template <class Make, class Ordered>
+// says whether the sink must see values in order; `also` judges what the
+// family adds to the contract (after the pipeline is gone).
+template <class Make, class Ordered, class Also>
 std::string run_scenario(const char* family, std::uint64_t seed, std::uint64_t i, bool device, Make&& make,
-                         Ordered&& ordered) {
+                         Ordered&& ordered, Also&& also) {
   const scenario s = draw(seed, i, device);
   watchdog wd(std::string(family) + ", " + s.replay() + ": " + describe(s), 60s);
   observed o;
   std::atomic<int> next{0};
-  const auto p = make(s, o, next);
-  const outcome r = run(*p, s);
-  const std::string err = judge(s, o, r, ordered(s));
+  outcome r;
+  {
+    const auto p = make(s, o, next);
+    r = run(*p, s);
+  }
+  std::string err = judge(s, o, r, ordered(s));
+  if (err.empty()) err = also(s, o);
   return err.empty() ? err : err + "\n  scenario: " + describe(s);
 }
 
+constexpr auto nothing_more = [](const scenario&, const observed&) { return std::string(); };
 // Runs `family` under a time budget with `make` (see run_scenario).
-template <class Make, class Ordered>
-void stress(const char* family, bool device, Make make, Ordered ordered) {
-  sweep(family, [&](std::uint64_t seed, std::uint64_t i) { return run_scenario(family, seed, i, device, make, ordered); });
+template <class Make, class Ordered, class Also = decltype(nothing_more)>
+void stress(const char* family, bool device, Make make, Ordered ordered, Also also = nothing_more) {
+  sweep(family, [&](std::uint64_t seed, std::uint64_t i) {
+    return run_scenario(family, seed, i, device, make, ordered, also);
+  });
 }
 constexpr auto unordered = [](const scenario&) { return false; };
+
+// Worker w's device: one of the scenario's devices, picked by its placement bits.
+std::vector<int> place(const scenario& s, std::size_t workers, unsigned shift) {
+  std::vector<int> d;
+  for (std::size_t w = 0; w < workers; ++w)
+    d.push_back(static_cast<int>((s.placement >> ((shift + 2 * w) % 62)) % static_cast<std::uint64_t>(s.devices)));
+  return d;
+}
 }  // namespace
 
 TEST_CASE("stress: device links on the host twin deliver every item once, or the run says why",
@@ -383,6 +429,63 @@ TEST_CASE("stress: device links on the host twin deliver every item once, or the
     shape.depths = {s.depth_in, s.depth_link, s.depth_out};
     return std::make_unique<device_pipe>(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
   }, unordered);
+}
+
+TEST_CASE("stress: device links placed over 1-3 simulated devices, with and without peer access",
+          "[stress][device][placement]") {
+  stress("placed device links", true, [](const scenario& s, observed& o, std::atomic<int>& next) {
+    auto shape = device_pipe::default_shape();
+    shape.workers = {s.w_source, s.w_mid, s.w_last, 1};
+    shape.depths = {s.depth_in, s.depth_link, s.depth_out};
+    shape.devices[1] = place(s, s.w_mid, 0);
+    shape.devices[2] = place(s, s.w_last, 17);
+    auto p = std::make_unique<device_pipe>(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
+    p->backend().simulate(s.devices, s.peers ? dflash::peer_access::all : dflash::peer_access::none);
+    return p;
+  }, unordered);
+}
+
+// Stamps must survive every path an item takes, faults and stops included:
+// each item the sink finished has exactly one end-to-end time, no age is
+// negative, and nothing leaks (ASan) or races (TSan) on the stamp beside a slot.
+TEST_CASE("stress: flow stamps over a device link: one end-to-end time per item the sink finished",
+          "[stress][device][flow]") {
+  std::unique_ptr<flow_prof> prof;
+  std::chrono::steady_clock::time_point began;
+  stress(
+      "flow stamps", true,
+      [&](const scenario& s, observed& o, std::atomic<int>& next) {
+        prof = std::make_unique<flow_prof>();
+        began = std::chrono::steady_clock::now();
+        auto shape = flow_pipe::default_shape();
+        shape.workers = {s.w_source, s.w_mid, s.w_last, 1};
+        shape.depths = {s.depth_in, s.depth_link, s.depth_out};
+        return std::make_unique<flow_pipe>(*prof, shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{},
+                                           d_sink{&s, &o});
+      },
+      unordered,
+      [&](const scenario& s, const observed& o) -> std::string {
+        const auto snap = prof->snapshot();
+        const auto count = [&](const char* key) { return static_cast<std::size_t>(snap.find(key)->count); };
+        // the sink's call that threw pipeline_stop did not end: no end-to-end time for that item
+        const bool stopped_in_sink =
+            s.f == fault::stop_from_sink && std::find(o.seen.begin(), o.seen.end(), s.fault_at) != o.seen.end();
+        const std::size_t finished = o.seen.size() - (stopped_in_sink && !o.seen.empty() ? 1 : 0);
+        if (count("sink.e2e") != finished)
+          return std::to_string(count("sink.e2e")) + " end-to-end times for " + std::to_string(finished) +
+                 " items the sink finished";
+        if (count("sink.age") < finished) return "fewer sink ages than items the sink finished";
+        for (const char* k : {"fill.age_clock_backwards", "verify.age_clock_backwards", "sink.age_clock_backwards"})
+          if (count(k) != 0) return std::string(k) + " counted items on a steady clock";
+        // a stamp lost or mixed up on the way shows as an age longer than the run
+        const auto lived = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count());
+        for (const char* k : {"fill.age", "verify.age", "sink.age", "sink.e2e"})
+          if (count(k) != 0 && snap.find(k)->max_ns > lived)
+            return std::string(k) + " max " + std::to_string(snap.find(k)->max_ns) + " ns is longer than the run (" +
+                   std::to_string(lived) + " ns)";
+        return {};
+      });
 }
 
 TEST_CASE("stress: device sources (several workers, exhausted with work enqueued) over a device link",
