@@ -32,6 +32,12 @@ static_assert(dflash::ProfilerPolicy<fake_trace>);
 static_assert(fake_trace::enabled);
 
 namespace {
+std::set<std::string> track_names(const json& j) {
+  std::set<std::string> names;
+  for (const auto& e : j.at("traceEvents"))
+    if (e["name"] == "thread_name") names.insert(e["args"]["name"].get<std::string>());
+  return names;
+}
 std::vector<json> complete_events(const json& j) {
   std::vector<json> out;
   for (const auto& e : j.at("traceEvents"))
@@ -271,10 +277,7 @@ TEST_CASE("name_this_thread names the trace track, through a Composite too; no-o
     auto s = both.scope("forward"_key);
   });
   w.join();
-  const json j = json::parse(t.json());
-  std::set<std::string> names;
-  for (const auto& e : j["traceEvents"])
-    if (e["name"] == "thread_name") names.insert(e["args"]["name"].get<std::string>());
+  const auto names = track_names(json::parse(t.json()));
   CHECK(names.count("target_forward#2") == 1);
   CHECK(names.count("thread 1") == 0);
 }
@@ -309,10 +312,7 @@ TEST_CASE("a thread labelled elsewhere (a host-twin stream running a worker's wo
     auto s = t.scope("pack"_key);
   });
   w.join();
-  const json j = json::parse(t.json());
-  std::set<std::string> names;
-  for (const auto& e : j["traceEvents"])
-    if (e["name"] == "thread_name") names.insert(e["args"]["name"].get<std::string>());
+  const auto names = track_names(json::parse(t.json()));
   CHECK(names.count("postprocess#0 work (host twin)") == 1);
   CHECK(names.count("thread 1") == 0);
 }

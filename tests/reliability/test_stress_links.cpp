@@ -419,24 +419,27 @@ std::vector<int> place(const scenario& s, std::size_t workers, unsigned shift) {
     d.push_back(static_cast<int>((s.placement >> ((shift + 2 * w) % 62)) % static_cast<std::uint64_t>(s.devices)));
   return d;
 }
+// The device pipelines' shape for a scenario: its workers and depths.
+template <class Pipe>
+auto device_shape(const scenario& s) {
+  auto shape = Pipe::default_shape();
+  shape.workers = {s.w_source, s.w_mid, s.w_last, 1};
+  shape.depths = {s.depth_in, s.depth_link, s.depth_out};
+  return shape;
+}
 }  // namespace
 
 TEST_CASE("stress: device links on the host twin deliver every item once, or the run says why",
           "[stress][device]") {
   stress("device links", true, [](const scenario& s, observed& o, std::atomic<int>& next) {
-    auto shape = device_pipe::default_shape();
-    shape.workers = {s.w_source, s.w_mid, s.w_last, 1};
-    shape.depths = {s.depth_in, s.depth_link, s.depth_out};
-    return std::make_unique<device_pipe>(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
+    return std::make_unique<device_pipe>(device_shape<device_pipe>(s), d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
   }, unordered);
 }
 
 TEST_CASE("stress: device links placed over 1-3 simulated devices, with and without peer access",
           "[stress][device][placement]") {
   stress("placed device links", true, [](const scenario& s, observed& o, std::atomic<int>& next) {
-    auto shape = device_pipe::default_shape();
-    shape.workers = {s.w_source, s.w_mid, s.w_last, 1};
-    shape.depths = {s.depth_in, s.depth_link, s.depth_out};
+    auto shape = device_shape<device_pipe>(s);
     shape.devices[1] = place(s, s.w_mid, 0);
     shape.devices[2] = place(s, s.w_last, 17);
     auto p = std::make_unique<device_pipe>(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
@@ -457,10 +460,7 @@ TEST_CASE("stress: flow stamps over a device link: one end-to-end time per item 
       [&](const scenario& s, observed& o, std::atomic<int>& next) {
         prof = std::make_unique<flow_prof>();
         began = std::chrono::steady_clock::now();
-        auto shape = flow_pipe::default_shape();
-        shape.workers = {s.w_source, s.w_mid, s.w_last, 1};
-        shape.depths = {s.depth_in, s.depth_link, s.depth_out};
-        return std::make_unique<flow_pipe>(*prof, shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{},
+        return std::make_unique<flow_pipe>(*prof, device_shape<flow_pipe>(s), d_source{&s, &o, &next}, d_fill{&s}, d_verify{},
                                            d_sink{&s, &o});
       },
       unordered,
