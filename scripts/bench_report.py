@@ -78,6 +78,11 @@ def queue_ratios(rows):
     return "\n".join(out)
 
 
+def cpu_cell(row, key):
+    """A CPU column's cell: rows that measure something else (flow on/off, idle share) have none."""
+    return f"{row[key]:.2f}" if key in row else "—"
+
+
 def comparison_table(data):
     """compare_* binaries: interleaved rounds, ratio per round, median and spread."""
     rows = data.get("rows", [])
@@ -91,7 +96,7 @@ def comparison_table(data):
         out.append(f"| {r['shape']} | {r['subject']} | {r['anchor']} | {r['subject_median']:.3f} | "
                    f"{r['anchor_median']:.3f} | **{r['ratio_median']:.2f}** | "
                    f"{r['ratio_min']:.2f} .. {r['ratio_max']:.2f} | {r['rounds']} |"
-                   + (f" {r.get('subject_cpu_us_per_item', 0):.2f} | {r.get('anchor_cpu_us_per_item', 0):.2f} |"
+                   + (f" {cpu_cell(r, 'subject_cpu_us_per_item')} | {cpu_cell(r, 'anchor_cpu_us_per_item')} |"
                       if cpu else ""))
     for sk in data.get("skipped", []):
         out.append(f"\nSkipped: {sk}")
@@ -101,14 +106,24 @@ def comparison_table(data):
 # The performance targets: (what, plot label, comparison file, shape, subject substring, anchor substring, target,
 # higher is better)
 TARGETS = [
+    ("Pipeline (direct_link) / tbb::parallel_pipeline, 50/20 µs, depth 2", "direct/TBB 50us d2", "pipeline_vs_tbb",
+     "50/20 us work, depth 2", "direct_link", "tbb", 0.95, True),
     ("Pipeline (direct_link) / tbb::parallel_pipeline, 50/20 µs, depth 8", "direct/TBB 50us", "pipeline_vs_tbb",
      "50/20 us work, depth 8", "direct_link", "tbb", 0.95, True),
+    ("Pipeline (queue_link) / tbb::parallel_pipeline, 50/20 µs, depth 2", "queue/TBB 50us d2", "pipeline_vs_tbb",
+     "50/20 us work, depth 2", "queue_link", "tbb", 0.95, True),
     ("Pipeline (queue_link) / tbb::parallel_pipeline, 50/20 µs, depth 8", "queue/TBB 50us", "pipeline_vs_tbb",
      "50/20 us work, depth 8", "queue_link", "tbb", 0.95, True),
     ("Pipeline (direct_link) / TBB, zero-cost stages, depth 8", "direct/TBB 0us", "pipeline_vs_tbb",
      "zero-cost stages, depth 8", "direct_link", "tbb", 0.5, True),
+    ("Pipeline (queue_link) / TBB, zero-cost stages, depth 2", "queue/TBB 0us d2", "pipeline_vs_tbb",
+     "zero-cost stages, depth 2", "queue_link", "tbb", 0.3, True),
     ("Pipeline (queue_link) / TBB, zero-cost stages, depth 8", "queue/TBB 0us", "pipeline_vs_tbb",
      "zero-cost stages, depth 8", "queue_link", "tbb", 0.5, True),
+    ("Idle queue-linked pipeline: process CPU / one core, 1 s", "idle queue", "pipeline_vs_tbb",
+     "idle 1 s", "queue_link", "one busy core", 0.01, False),
+    ("Idle direct-linked pipeline: process CPU / one core, 1 s", "idle direct", "pipeline_vs_tbb",
+     "idle 1 s", "direct_link", "one busy core", 0.01, False),
     ("bounded_queue / mutex+condvar+deque, 1P1C cap 1024", "1P1C/mutex", "compare_queue", "1P1C cap 1024", "bounded_queue",
      "mutex", 2.0, True),
     ("bounded_queue / mutex+condvar+deque, 4P4C cap 1024", "4P4C/mutex", "compare_queue", "4P4C cap 1024", "bounded_queue",

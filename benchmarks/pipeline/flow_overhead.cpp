@@ -22,25 +22,11 @@
 #include <vector>
 
 #include "../compare.hpp"
+#include "flow_policies.hpp"
 #include "synthetic_stages.hpp"
 
 namespace {
 using namespace bench_pipeline;
-
-template <class P>
-using queued = dflash::Pipeline<P, source, dflash::queue_link<"a", 8>, dflash::workers<work, 2>,
-                                dflash::queue_link<"b", 8>, dflash::in_order<serial>, dflash::queue_link<"c", 8>, sink>;
-template <class P>
-using direct = dflash::Pipeline<P, source, dflash::direct_link<"a", 8>, dflash::workers<work, 2>,
-                                dflash::direct_link<"b", 8>, dflash::in_order<serial>, dflash::direct_link<"c", 8>, sink>;
-
-using keys = dflash::pipeline_keys<queued<dflash::NullProfiler>>;
-static_assert(std::is_same_v<keys, dflash::pipeline_keys<direct<dflash::NullProfiler>>>);
-using flow_on = dflash::AccumulatingProfiler<keys>;
-struct flow_off : dflash::AccumulatingProfiler<keys> {
-  static constexpr bool flow = false;
-};
-static_assert(dflash::FlowPolicy<flow_on> && !dflash::FlowPolicy<flow_off>);
 
 // CPU us per item of one run; the result is checked.
 template <template <class> class Pipe, class P>

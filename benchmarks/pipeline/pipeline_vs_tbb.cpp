@@ -8,6 +8,10 @@
 // depths 2, 8 and 32 (queue capacity / TBB max tokens). Reports per config the
 // median and the min-max spread over rounds of dflash throughput / TBB
 // throughput, and CPU microseconds per item (getrusage) for both.
+// Then, interleaved the same way: what following every item costs (the
+// profiled queue- and direct-linked pipelines with flow tracking on vs
+// `flow = false`, 50/20 us, depth 8: throughput on / off), and what an idle
+// pipeline burns (process CPU over 1 s while the source's first call sleeps).
 // A benchmark, not a test: no thresholds. Extra arguments (Google Benchmark
 // flags from scripts/bench.sh) are ignored; DFLASH_BENCH_ROUNDS sets the rounds.
 #include <dflash/pipeline.hpp>
@@ -23,9 +27,11 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../compare.hpp"
+#include "flow_policies.hpp"
 #include "synthetic_stages.hpp"
 
 namespace {
@@ -45,16 +51,12 @@ sample measure(int items, F&& run) {
 }
 
 // ---- dflash -----------------------------------------------------------------
-using dflash_pipeline =
-    dflash::Pipeline<dflash::NullProfiler, source, dflash::queue_link<"a", 8>, dflash::workers<work, 2>,
-                     dflash::queue_link<"b", 8>, dflash::in_order<serial>, dflash::queue_link<"c", 8>, sink>;
-
-// The same stages joined by direct links: no queue and no thread of their own;
-// the source, the in-order stage and the sink run on the two workers' threads
-// (oneTBB's model). Depth = the in-order stage's reorder window.
-using dflash_direct =
-    dflash::Pipeline<dflash::NullProfiler, source, dflash::direct_link<"a", 8>, dflash::workers<work, 2>,
-                     dflash::direct_link<"b", 8>, dflash::in_order<serial>, dflash::direct_link<"c", 8>, sink>;
+// Stages joined by queue links, and the same joined by direct links: no queue
+// and no thread of their own; the source, the in-order stage and the sink run
+// on the two workers' threads (oneTBB's model). Depth = the in-order stage's
+// reorder window.
+using dflash_pipeline = queued<dflash::NullProfiler>;
+using dflash_direct = direct<dflash::NullProfiler>;
 
 template <class Pipe>
 long long run_dflash(costs c, std::size_t depth) {
@@ -95,6 +97,43 @@ long long run_tbb(costs c, std::size_t depth) {
 }
 
 double median(const std::vector<double>& v) { return dflash_bench::summarize(v).median; }
+
+// ---- flow tracking: the same profiled pipeline stamping items, and not -------
+// Seconds for one run at the default depth (8); the result is checked.
+template <template <class> class Pipe, class P>
+double run_profiled(costs c) {
+  P prof;
+  long long sum = 0;
+  const auto t0 = clk::now();
+  {
+    Pipe<P> p(prof, source{c.items}, work{c}, serial{c}, sink{&sum});
+    p.run_to_completion();
+  }
+  const double s = std::chrono::duration<double>(clk::now() - t0).count();
+  if (sum != 1LL * c.items * (c.items - 1) / 2 ||
+      (prof.snapshot().find("sink.e2e")->count != 0) != dflash::FlowPolicy<P>) {
+    std::fprintf(stderr, "pipeline_vs_tbb: wrong result or flow rows with flow %s\n",
+                 dflash::FlowPolicy<P> ? "on" : "off");
+    std::exit(1);
+  }
+  return s;
+}
+
+// ---- idle: a pipeline whose source takes `idle` before its one item ------------
+// The other stages' threads wait all that time: process CPU / wall time is
+// what waiting costs (1.0 = one core busy).
+template <class Pipe>
+double idle_share(std::chrono::milliseconds idle) {
+  long long sum = 0;
+  const double c0 = cpu_seconds();
+  const auto t0 = clk::now();
+  {
+    Pipe p(source{1, 0, idle}, work{{}}, serial{{}}, sink{&sum});
+    p.run_to_completion();
+  }
+  const double wall = std::chrono::duration<double>(clk::now() - t0).count();
+  return (cpu_seconds() - c0) / wall;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -147,6 +186,36 @@ int main(int argc, char** argv) {
       cf.tput_x.push_back(items / x.seconds);
     }
   }
+  // Flow tracking on vs `flow = false` (flow_policies.hpp), 50/20 us, depth 8, the order alternating each round.
+  struct flow_config {
+    const char* links;
+    bool direct;
+    std::vector<double> ratio, on_s, off_s;
+  };
+  std::vector<flow_config> flows{{"queue_link", false, {}, {}, {}}, {"direct_link", true, {}, {}, {}}};
+  const costs flow_costs{us(50), us(20), 2000};
+  const auto flow_run = [&](const flow_config& f, bool on) {
+    if (f.direct) return on ? run_profiled<direct, flow_on>(flow_costs) : run_profiled<direct, flow_off>(flow_costs);
+    return on ? run_profiled<queued, flow_on>(flow_costs) : run_profiled<queued, flow_off>(flow_costs);
+  };
+  for (auto& f : flows) (void)flow_run(f, true), (void)flow_run(f, false);  // warm-up
+  for (int r = 0; r < rounds; ++r)
+    for (auto& f : flows) {
+      double on, off;
+      if (r % 2) on = flow_run(f, true), off = flow_run(f, false);
+      else off = flow_run(f, false), on = flow_run(f, true);
+      f.on_s.push_back(on);
+      f.off_s.push_back(off);
+      f.ratio.push_back(off / on);  // = throughput on / throughput off
+    }
+  // Idle: 1 s with the source's first call not yet returned, queue and direct links alternating.
+  const auto idle = std::chrono::milliseconds(1000);
+  std::vector<double> idle_q, idle_d;
+  for (int r = 0; r < rounds; ++r) {
+    if (r % 2) idle_q.push_back(idle_share<dflash_pipeline>(idle)), idle_d.push_back(idle_share<dflash_direct>(idle));
+    else idle_d.push_back(idle_share<dflash_direct>(idle)), idle_q.push_back(idle_share<dflash_pipeline>(idle));
+  }
+
   std::printf("# pipeline_vs_tbb: %d interleaved rounds, 2 parallel workers + serial in-order stage; 2000 items "
               "(work), 100000 (zero-cost)\n", rounds);
   std::printf("| stages | depth | links | dflash / TBB throughput (median) | spread (min-max) | CPU us/item dflash | CPU us/item TBB | TBB items/s |\n");
@@ -159,6 +228,23 @@ int main(int argc, char** argv) {
                   median(cf.cpu_t), median(cf.tput_t));
     }
   }
+  std::printf("\n# flow tracking: AccumulatingProfiler stamping every item vs the same with flow = false; 50/20 us, "
+              "2000 items, depth 8; %d rounds, order alternating\n", rounds);
+  std::printf("| links | flow on / off throughput (median) | spread (min-max) | items/s on | items/s off |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (const auto& f : flows) {
+    const auto q = dflash_bench::summarize(f.ratio);
+    std::printf("| %s | %.3f | %.3f-%.3f | %.0f | %.0f |\n", f.links, q.median, q.min, q.max,
+                flow_costs.items / median(f.on_s), flow_costs.items / median(f.off_s));
+  }
+  std::printf("\n# idle: process CPU over %.1f s while the source's first call sleeps (1.0 = one core busy); %d rounds\n",
+              std::chrono::duration<double>(idle).count(), rounds);
+  std::printf("| links | share of one core (median) | spread (min-max) |\n|---|---|---|\n");
+  for (const bool d : {false, true}) {
+    const auto q = dflash_bench::summarize(d ? idle_d : idle_q);
+    std::printf("| %s | %.4f | %.4f-%.4f |\n", d ? "direct_link" : "queue_link", q.median, q.min, q.max);
+  }
+
   // --benchmark_out=PATH (from scripts/bench.sh): the comparison JSON of compare.hpp, plus CPU per item.
   dflash_bench::comparison cmp{"pipeline", "items/s", {}, {}};
   for (const auto& cf : cfgs)
@@ -171,6 +257,16 @@ int main(int argc, char** argv) {
                   "tbb::parallel_pipeline", rounds, median(direct ? cf.tput_x : cf.tput_d), median(cf.tput_t),
                   dflash_bench::summarize(direct ? cf.ratio_direct : cf.ratio), extra);
     }
+  for (const auto& f : flows)
+    cmp.add_row(std::string("50/20 us work, depth 8, AccumulatingProfiler (") + f.links + ")", "flow tracking on",
+                "flow = false", rounds, flow_costs.items / median(f.on_s), flow_costs.items / median(f.off_s),
+                dflash_bench::summarize(f.ratio));
+  cmp.unit = "share of one core";  // idle rows: CPU / wall time, against one busy core
+  for (const bool d : {false, true}) {
+    const auto q = dflash_bench::summarize(d ? idle_d : idle_q);
+    cmp.add_row("idle 1 s", d ? "dflash::Pipeline (direct_link)" : "dflash::Pipeline (queue_link)", "one busy core",
+                rounds, q.median, 1.0, q);
+  }
   cmp.write(argc, argv);
   return 0;
 }

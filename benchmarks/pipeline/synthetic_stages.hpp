@@ -1,7 +1,8 @@
 #pragma once
 // The synthetic pipeline the pipeline benchmarks share (pipeline_vs_tbb,
 // flow_overhead): source -> parallel workers x W us busy work -> serial
-// in-order S us -> sink, as dflash stages, with the CPU-time helpers.
+// in-order S us -> sink, as dflash stages and the two pipelines over them,
+// with the CPU-time helpers.
 
 #include <dflash/pipeline.hpp>
 
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <optional>
+#include <thread>
 
 namespace bench_pipeline {
 
@@ -39,7 +41,11 @@ struct source {
   using output_type = int;
   int items = 0;
   int next = 0;
-  std::optional<int> operator()() { return next < items ? std::optional(next++) : std::nullopt; }
+  std::chrono::milliseconds idle_first{0};  // sleeps this long before its first item: the rest of the pipeline waits idle
+  std::optional<int> operator()() {
+    if (next == 0 && idle_first.count() > 0) std::this_thread::sleep_for(idle_first);
+    return next < items ? std::optional(next++) : std::nullopt;
+  }
 };
 struct work {
   static constexpr dflash::fixed_string name{"work"};
@@ -68,5 +74,15 @@ struct sink {
   long long* sum;
   void operator()(int&& x) { *sum += x; }
 };
+
+// The shared shape: 2 parallel workers and an in-order stage, joined by queue
+// links (a thread per worker) or by direct links (the segment runs on the two
+// workers' threads, oneTBB's model). Depth 8 unless a shape says otherwise.
+template <class P>
+using queued = dflash::Pipeline<P, source, dflash::queue_link<"a", 8>, dflash::workers<work, 2>,
+                                dflash::queue_link<"b", 8>, dflash::in_order<serial>, dflash::queue_link<"c", 8>, sink>;
+template <class P>
+using direct = dflash::Pipeline<P, source, dflash::direct_link<"a", 8>, dflash::workers<work, 2>,
+                                dflash::direct_link<"b", 8>, dflash::in_order<serial>, dflash::direct_link<"c", 8>, sink>;
 
 }  // namespace bench_pipeline

@@ -349,6 +349,42 @@ TEST_CASE("stress: 4 producers x 4 consumers x 250000 items, profiled", "[bounde
 // (where a pop frees the exact slot a parked push waits for) with several
 // threads per side. A lost wake-up is a hang; the watchdog turns it into a
 // failure instead of a CI timeout.
+// On a machine with more threads than cores the other side of a wait is
+// usually not running: spinning for it burns the core it needs. Waits that
+// outlast their spin shorten the next one, per side, down to a few pauses.
+TEST_CASE("a wait that outlasts its spin shortens the next spin, per side", "[bounded_queue][parking]") {
+  watchdog wd("a wait that outlasts its spin shortens the next spin, per side");
+  bounded_queue<int> q(1);
+  const int pop0 = q.pop_spin(), push0 = q.push_spin();
+  REQUIRE(pop0 > bounded_queue<int>::min_spin);
+  REQUIRE(push0 > bounded_queue<int>::min_spin);
+  for (int i = 0; i < 8; ++i) {  // each pop waits ~5 ms: far longer than any spin
+    bool pushed = false;
+    std::thread t([&] {
+      std::this_thread::sleep_for(5ms);
+      pushed = q.push(i);
+    });
+    CHECK(q.pop() == i);
+    t.join();
+    REQUIRE(pushed);
+  }
+  CHECK(q.pop_spin() == bounded_queue<int>::min_spin);
+  CHECK(q.push_spin() == push0);  // pushes that never waited leave the push side alone
+  REQUIRE(q.push(-1));
+  for (int i = 0; i < 8; ++i) {  // each push waits ~5 ms on the full queue
+    std::optional<int> got;
+    std::thread t([&] {
+      std::this_thread::sleep_for(5ms);
+      got = q.pop();
+    });
+    REQUIRE(q.push(i));
+    t.join();
+    CHECK(got == i - 1);
+  }
+  CHECK(q.push_spin() == bounded_queue<int>::min_spin);
+  CHECK(q.pop_spin() == bounded_queue<int>::min_spin);
+}
+
 TEST_CASE("parking: no wake-up is lost when pushers and poppers park in turn", "[bounded_queue][parking]") {
   watchdog wd("parking: no wake-up is lost when pushers and poppers park in turn", 120s);
   for (const std::size_t cap : {std::size_t{1}, std::size_t{3}}) {

@@ -1,8 +1,9 @@
 // Randomized fault scenarios against the link kinds: device links on the
 // asynchronous host twin (on one simulated device, or placed over several with
 // and without peer access), queue links into an in_order stage (several source
-// workers), direct-link segments, and a profiled pipeline whose items carry flow
-// stamps. Every scenario is drawn from (seed, index)
+// workers), direct-link segments, a profiled pipeline whose items carry flow
+// stamps, and one bounded_queue whose waiters park and wake at random. Every
+// scenario is drawn from (seed, index)
 // and checks the promise users rely on: every item the source produced arrives
 // exactly once and intact, or the run reports an error (the fault that fired)
 // or was stopped on purpose — never a normal end with items missing, never a
@@ -427,6 +428,101 @@ auto device_shape(const scenario& s) {
   shape.depths = {s.depth_in, s.depth_link, s.depth_out};
   return shape;
 }
+
+// ---- one bounded_queue: park / wake races ----------------------------------------
+// Producers and consumers on one small queue, with random pauses that make one
+// side outlast the other's spin (its waits yield, then park) or not (they end
+// while spinning), blocking and timed calls mixed, and close() at a random
+// moment or after the last push. Every item a push reported taken is popped
+// exactly once and nothing else is; no waiter sleeps through its wake-up (the
+// watchdog names the scenario).
+struct queue_scenario {
+  std::size_t capacity;
+  int producers, consumers, per_producer;
+  int pause_every, pause_us;  // every k-th call of a thread first sleeps 0..pause_us
+  bool timed;                 // push_for / pop_for with short timeouts (retried) instead of push / pop
+  int close_at_us;            // < 0: close after the last push; else close() this long after the start
+};
+
+queue_scenario draw_queue(std::uint64_t seed, std::uint64_t index) {
+  std::mt19937_64 r(seed * 0x9E3779B97F4A7C15ull + index + 0x51ED);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(r); };
+  queue_scenario q{};
+  q.capacity = static_cast<std::size_t>(pick(1, 8));
+  q.producers = pick(1, 4);
+  q.consumers = pick(1, 4);
+  q.per_producer = pick(0, 2000);
+  q.pause_every = pick(0, 1) ? pick(1, 50) : 0;
+  q.pause_us = pick(0, 200);
+  q.timed = pick(0, 3) == 0;
+  q.close_at_us = pick(0, 3) == 0 ? pick(0, 20000) : -1;
+  return q;
+}
+
+std::string run_queue_scenario(std::uint64_t seed, std::uint64_t index) {
+  const queue_scenario sc = draw_queue(seed, index);
+  char what[256];
+  std::snprintf(what, sizeof what,
+                "capacity %zu, %d producers x %d items, %d consumers, pause every %d by <= %d us, %s, close %s %d us",
+                sc.capacity, sc.producers, sc.per_producer, sc.consumers, sc.pause_every, sc.pause_us,
+                sc.timed ? "timed calls" : "blocking calls", sc.close_at_us < 0 ? "after the last push" : "at",
+                sc.close_at_us);
+  watchdog wd(std::string("queue park/wake, DFLASH_STRESS_SEED=") + std::to_string(seed) +
+                  " DFLASH_STRESS_INDEX=" + std::to_string(index) + ": " + what,
+              60s);
+  dflash::bounded_queue<int> q(sc.capacity);
+  const std::size_t total = static_cast<std::size_t>(sc.producers) * static_cast<std::size_t>(sc.per_producer);
+  std::vector<std::atomic<int>> pushed(total), popped(total);
+  std::atomic<int> stray{0};
+  // Each thread draws its pauses from its own stream: a replay makes the same choices.
+  auto pauser = [&](int who) {
+    return [&sc, r = std::mt19937_64(seed ^ (index << 8) ^ static_cast<std::uint64_t>(who)), n = 0]() mutable {
+      if (sc.pause_every > 0 && ++n % sc.pause_every == 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, sc.pause_us)(r)));
+    };
+  };
+  std::vector<std::thread> consumers, producers;
+  for (int c = 0; c < sc.consumers; ++c)
+    consumers.emplace_back([&, c, pause = pauser(100 + c)]() mutable {
+      for (;;) {
+        pause();
+        std::optional<int> v = sc.timed ? q.pop_for(std::chrono::microseconds(50 + 37 * c)) : q.pop();
+        if (!v) {
+          if (!sc.timed || (q.closed() && q.empty())) return;  // closed and drained
+          continue;                                            // timed out
+        }
+        if (*v < 0 || static_cast<std::size_t>(*v) >= total) stray.fetch_add(1);
+        else popped[static_cast<std::size_t>(*v)].fetch_add(1);
+      }
+    });
+  for (int p = 0; p < sc.producers; ++p)
+    producers.emplace_back([&, p, pause = pauser(p)]() mutable {
+      for (int i = 0; i < sc.per_producer; ++i) {
+        pause();
+        const int v = p * sc.per_producer + i;
+        dflash::queue_status st = dflash::queue_status::timeout;
+        if (!sc.timed) st = q.push(v) ? dflash::queue_status::ok : dflash::queue_status::closed;
+        while (sc.timed && st == dflash::queue_status::timeout) st = q.push_for(v, std::chrono::microseconds(40 + 29 * p));
+        if (st != dflash::queue_status::ok) return;  // closed: this item and the rest were not taken
+        pushed[static_cast<std::size_t>(v)].store(1);
+      }
+    });
+  if (sc.close_at_us >= 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(sc.close_at_us));
+    q.close();
+  }
+  for (auto& t : producers) t.join();
+  q.close();
+  for (auto& t : consumers) t.join();
+  int lost = 0, extra = 0;
+  for (std::size_t k = 0; k < total; ++k) {
+    lost += pushed[k].load() == 1 && popped[k].load() != 1;
+    extra += pushed[k].load() == 0 && popped[k].load() != 0;
+  }
+  if (lost == 0 && extra == 0 && stray.load() == 0) return {};
+  return std::to_string(lost) + " taken item(s) not popped exactly once, " + std::to_string(extra) +
+         " popped without being taken, " + std::to_string(stray.load()) + " unknown value(s)\n  scenario: " + what;
+}
 }  // namespace
 
 TEST_CASE("stress: device links on the host twin deliver every item once, or the run says why",
@@ -516,4 +612,9 @@ TEST_CASE("stress: a direct-link segment into in_order delivers every item once,
     shape.depths = {s.depth_in, s.depth_out};
     return std::make_unique<direct_pipe>(shape, d_source{&s, &o, &next}, h_mid{&s}, h_sink{&s, &o});
   }, [](const scenario&) { return true; });
+}
+
+TEST_CASE("stress: one bounded_queue, waiters parking and waking at random: every taken item popped once",
+          "[stress][queue]") {
+  sweep("queue park/wake", run_queue_scenario);
 }

@@ -17,9 +17,15 @@
 // How: a bounded MPMC ring of `capacity` slots (Vyukov's per-slot sequence
 // scheme, positions doubled as in ring_control so capacity 1 works) — a push
 // or pop that does not wait is one CAS plus a release store, no lock and no
-// fence. A push or pop that must wait spins briefly, then parks on a condition
-// variable; the other side takes the mutex and notifies only when someone is
-// parked.
+// fence. A push or pop that must wait spins briefly, yields a few times, then
+// parks on a condition variable; the other side takes the mutex and notifies
+// only when someone is parked.
+//
+// The spin adapts per side: it lengthens when waits end while spinning (the
+// other side runs on another core) and shrinks to a few pauses when they do
+// not. With more threads than cores the other side is usually not running,
+// and a fixed spin would burn the very core it needs; yielding hands that core
+// over without a futex round trip, and parking bounds what an idle wait costs.
 //
 // "Someone is parked" is a bit inside the very word the other side CASes to
 // claim a position (pop-parked in the push index, push-parked in the pop
@@ -156,6 +162,11 @@ class bounded_queue {
   [[nodiscard]] std::size_t blocked_pushers() const noexcept { return blocked_push_.load(std::memory_order_acquire); }
   /// Threads blocked in pop()/pop_for() now.
   [[nodiscard]] std::size_t blocked_poppers() const noexcept { return blocked_pop_.load(std::memory_order_acquire); }
+  /// Pause rounds the next blocking push / pop spins before it yields: doubled (up to
+  /// max_spin) when a wait ends while spinning, halved (down to min_spin) when it does not.
+  static constexpr int min_spin = 4, max_spin = 128;
+  [[nodiscard]] int push_spin() const noexcept { return push_spin_.load(std::memory_order_relaxed); }
+  [[nodiscard]] int pop_spin() const noexcept { return pop_spin_.load(std::memory_order_relaxed); }
 
  private:
   using time_point = std::chrono::steady_clock::time_point;
@@ -164,7 +175,8 @@ class bounded_queue {
   static constexpr std::uint64_t pop_parked_bit = std::uint64_t{1} << 62;   // in enq_
   static constexpr std::uint64_t push_parked_bit = std::uint64_t{1} << 63;  // in deq_
   static constexpr std::uint64_t pos_mask = (std::uint64_t{1} << 62) - 1;
-  static constexpr int spin_rounds = 64;
+  // The adaptive spin's start (see the header comment), and yields before parking.
+  static constexpr int initial_spin = 32, yield_rounds = 4;
 
   // seq == 2*pos: free for the push of position pos; 2*pos+1: holds its item;
   // 2*(pos+capacity): popped, free for the next lap (see ring_control).
@@ -308,13 +320,19 @@ class bounded_queue {
   // passes. Returns false on timeout.
   template <class Attempt>
   bool wait_for(Attempt&& attempt, std::atomic<std::uint64_t>& word, std::uint64_t bit, std::uint32_t& parked,
-                std::condition_variable& cv, const time_point* deadline) {
+                std::condition_variable& cv, std::atomic<int>& spin, const time_point* deadline) {
     bool in_flight = false;
-    for (int i = 0; i < spin_rounds; ++i) {
+    // A heuristic shared by this side's waiters: relaxed, a lost update only mistunes one wait.
+    const int budget = spin.load(std::memory_order_relaxed);
+    for (int i = 0; i < budget; ++i) {
       detail::cpu_relax();
-      if (attempt(false, in_flight)) return true;
+      if (attempt(false, in_flight)) {
+        if (budget < max_spin) spin.store(std::min(max_spin, 2 * budget), std::memory_order_relaxed);
+        return true;
+      }
     }
-    for (int i = 0; i < 4; ++i) {
+    if (budget > min_spin) spin.store(std::max(min_spin, budget / 2), std::memory_order_relaxed);
+    for (int i = 0; i < yield_rounds; ++i) {
       std::this_thread::yield();
       if (attempt(false, in_flight)) return true;
     }
@@ -368,7 +386,7 @@ class bounded_queue {
           st = try_enqueue(std::forward<U>(v), locked, &in_flight);
           return st != queue_status::full;
         },
-        deq_, push_parked_bit, parked_push_, not_full_, deadline);
+        deq_, push_parked_bit, parked_push_, not_full_, push_spin_, deadline);
     return done ? st : queue_status::timeout;
   }
 
@@ -386,7 +404,7 @@ class bounded_queue {
             in_flight = r.in_flight;
             return r.value.has_value() || r.drained;
           },
-          enq_, pop_parked_bit, parked_pop_, not_empty_, deadline);
+          enq_, pop_parked_bit, parked_pop_, not_empty_, pop_spin_, deadline);
     }
     return std::move(r.value);
   }
@@ -437,6 +455,7 @@ class bounded_queue {
   [[maybe_unused]] pad pad2_{};
   std::uint32_t parked_push_ = 0, parked_pop_ = 0;  // under m_
   std::atomic<std::size_t> blocked_push_{0}, blocked_pop_{0};
+  std::atomic<int> push_spin_{initial_spin}, pop_spin_{initial_spin};  // adaptive spin budgets, touched only when waiting
   std::mutex m_;  // parking only; never taken on a fast path with nobody parked
   std::condition_variable not_full_, not_empty_;
 };
