@@ -54,6 +54,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <cstddef>
@@ -92,6 +94,8 @@ struct link_stats {
   std::uint64_t queued = 0;                ///< items handed to send(), not yet posted (now)
   std::uint64_t max_batch = 0;             ///< most items posted in one header message
   std::vector<std::uint64_t> credits_from; ///< per rank: credits it returned
+  // both
+  std::uint64_t driven = 0;  ///< passes over the link made by a stage thread in send/receive (job::drive)
 };
 
 namespace detail {
@@ -137,7 +141,7 @@ class link_core final : public channel {
     // sees that header complete posts it: the progress thread polls meanwhile).
     const bool post_now = headers_in_flight_ == 0;
     lk.unlock();
-    if (post_now && !job_.drive(*this)) job_.wake();
+    if (post_now && !drive()) job_.wake();
   }
 
   std::optional<T> take_sent() {
@@ -176,7 +180,7 @@ class link_core final : public channel {
     ++stats_.received;
     ++stats_.taken_from[r];
     lk.unlock();
-    if (credits_go && !job_.drive(*this)) job_.wake();
+    if (credits_go && !drive()) job_.wake();
     return std::move(item);
   }
 
@@ -189,6 +193,7 @@ class link_core final : public channel {
     std::lock_guard lk(m_);
     auto s = stats_;
     s.queued = outbox_.size();
+    s.driven = driven_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -285,7 +290,7 @@ class link_core final : public channel {
     const auto until = std::chrono::steady_clock::now() + drive_budget;
     for (unsigned i = 1;; ++i) {
       lk.unlock();
-      if (!job_.drive(*this)) std::this_thread::yield();  // the progress thread is in a pass
+      if (!drive()) std::this_thread::yield();  // the progress thread is in a pass
       lk.lock();
       if (ready()) return;
       if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
@@ -297,6 +302,12 @@ class link_core final : public channel {
     cv_.wait(lk, ready);
   }
   static constexpr std::chrono::microseconds drive_budget{500};
+  bool drive() {
+    if (!job_.drive(*this)) return false;
+    driven_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  std::atomic<std::uint64_t> driven_{0};
 
   static bool test_all(std::vector<MPI_Request>& reqs) {
     int done = 0;
