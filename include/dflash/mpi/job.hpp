@@ -248,7 +248,13 @@ class job {
   bool drive(channel& c) {
     std::unique_lock lk(mpi_m_, std::try_to_lock);
     if (!lk.owns_lock() || !driving_allowed_) return false;
-    c.progress();
+    try {
+      c.progress();
+    } catch (const std::exception& e) {  // as on the progress thread: the link's state is unknown
+      fatal(e.what());
+    } catch (...) {
+      fatal("unknown exception");
+    }
     ++drives_;
     return true;
   }

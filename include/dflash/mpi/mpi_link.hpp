@@ -301,7 +301,7 @@ class link_core final : public channel {
     lk.lock();
     cv_.wait(lk, ready);
   }
-  static constexpr std::chrono::microseconds drive_budget{500};
+  static constexpr std::chrono::microseconds drive_budget{200};
   bool drive() {
     if (!job_.drive(*this)) return false;
     driven_.fetch_add(1, std::memory_order_relaxed);
