@@ -39,11 +39,15 @@
 // * Keys: "<Name>.push_wait" (sink blocked for a credit), "<Name>.pop_wait"
 //   (source blocked for an item), plus the stages' own "<Name>.send.*" /
 //   "<Name>.recv.*".
-// * Wire: trivially copyable T, or wire<T> (wire.hpp). The items the
-//   progress thread finds handed over go as one header message per consumer
-//   (small items cross as their headers: one message per credit window,
-//   not per item), then each buffer straight from the item's memory
-//   (MPI_Issend, no staging copy).
+// * Wire: trivially copyable T, or wire<T> (wire.hpp). Items queued while
+//   a batch header is unmatched (or while the sink waits for credits) go
+//   as one header message per consumer (small items cross as their
+//   headers: a message per credit window, not per item), then each buffer
+//   straight from the item's memory (MPI_Issend, no staging copy).
+// * Threads: a blocked send / receive makes the link's MPI calls itself
+//   (job::drive) for a while before it sleeps, and an item or credit
+//   handed over is posted by the calling thread when the job's MPI lock is
+//   free: the progress thread is the fallback, not a hop per item.
 // * Validation: a consumer checks each header against its wire<T> layout and
 //   each size against the buffer message that arrived (matched probes)
 //   before it allocates; an item that does not fit fails the job with the
@@ -197,7 +201,7 @@ class link_core final : public channel {
     return s;
   }
 
-  // ---- channel (progress thread) ---------------------------------------------
+  // ---- channel (with the job's MPI lock: progress thread or a driving stage) --
   int tag_base() const override { return tag_base_; }
 
   void on_stop() override {
@@ -217,7 +221,7 @@ class link_core final : public channel {
     return sends_.empty() && (outbox_.empty() || stopped_) && (!closing_ || fin_sent_);
   }
 
-  bool in_flight() override { return !sends_.empty() || !recvs_.empty(); }  // progress thread's own state
+  bool in_flight() override { return !sends_.empty() || !recvs_.empty(); }  // state under the job's MPI lock
 
   bool progress() override {
     bool busy = false;
@@ -680,7 +684,7 @@ class link_core final : public channel {
   std::size_t fins_ = 0;
   link_stats stats_;
 
-  // progress thread only
+  // with the job's MPI lock held only
   std::list<send_rec> sends_;
   std::list<recv_rec> recvs_;
   std::vector<std::byte> header_in_;
