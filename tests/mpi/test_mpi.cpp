@@ -172,6 +172,8 @@ struct run_config {
   int throw_at = -1;        // the source (or the sink) throws at this item
   int slow_every = 0;       // the consumer sleeps 1 ms every this many items
   std::int64_t throw_ns = 0;  // steady_clock time of the throw
+  int pause_every = 0;      // the producer sleeps pause_us every this many items
+  int pause_us = 0;
 };
 
 template <dflash::ProfilerPolicy P, class T>
@@ -188,6 +190,8 @@ struct gen_source {
       cfg->throw_ns = std::chrono::steady_clock::now().time_since_epoch().count();
       throw std::runtime_error("boom from rank " + std::to_string(rank));
     }
+    if (cfg->pause_every && next % cfg->pause_every == cfg->pause_every - 1)
+      std::this_thread::sleep_for(std::chrono::microseconds(cfg->pause_us));
     return make<T>(rank, next++);
   }
 };
@@ -530,6 +534,25 @@ int batches(int argc, char** argv) {
   return g_failures;
 }
 
+// A blocked send or receive makes its link's MPI calls itself (job::drive)
+// rather than handing each item or credit to the progress thread: on both
+// ranks stage threads drove the link, and every item still arrived once.
+int driven(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  g_rank = job.rank();
+  const int items = 600;  // a fraction of a second, also on a loaded machine (the watchdog allows 15 s)
+  run_config cfg{items, -1, 0, 0, 0, 0}, ccfg{-1, -1, 0, 0, 0, 0};
+  auto r = run_link<tick>(job, {0}, {1}, cfg, ccfg);
+  CHECK(r.ran_ok);
+  CHECK(r.result.ok);
+  CHECK(r.bad == 0);
+  check_exactly_once(r, {0}, items);
+  check_credits(r, {0}, {1}, items);
+  std::printf("rank %d: %llu passes driven by stage threads\n", g_rank, static_cast<unsigned long long>(r.stats.driven));
+  CHECK(r.stats.driven > 0);
+  return g_failures;
+}
+
 // Reuse and close without a pipeline: the producer refills the items whose
 // send completed (take_sent) and closes; the consumer gives every item back
 // (recycle), so the vectors it receives into come from a few allocations, not
@@ -816,13 +839,15 @@ int throw_before_start(int argc, char** argv) {
 // ---- randomized fault scenarios (label stress) ---------------------------------
 // `test_mpi stress [seed [first [count]]]`: scenarios first .. first+count-1 of
 // `seed`, each one job over every rank (MPI initialised here, so a process
-// runs many jobs). Each scenario draws roles, item counts and sizes (0
-// included) and at most one fault: a stage throwing on a random rank, a rank
+// runs many jobs). Each scenario draws roles, item kinds, counts and sizes
+// (0 included; many small items, batched several to a message), producer
+// pauses and consumer delays, and at most one fault: a stage throwing on a random rank, a rank
 // leaving before start(), an exception leaving a running job's scope (the
 // profiler declared before or after the job), a consumer whose wire<T>
 // layout does not match the producers'. Checked: every item arrives exactly
 // once, or the job reports an error on every rank that finished, rank 0
-// naming the faulty rank; no item twice or made up; never a hang (watchdog).
+// naming the faulty rank; no item twice or made up; each consumer gets each
+// producer's items in order; never a hang (watchdog).
 // A failure prints the (seed, index) pair and the command that replays it.
 struct scenario {
   std::uint64_t seed = 0;
@@ -834,8 +859,9 @@ struct scenario {
   int throw_at = -1;
   bool prof_first = false;
   bool before_run = false;  // unwind: the exception comes before this rank's run(), not after
-  bool use_blob = true;  // else `sized` items with random sizes (0 included)
+  enum item_kind { blob_items, sized_items, tick_items } items_of = blob_items;  // sized: random sizes, 0 included
   int slow_every = 0;
+  int pause_every = 0, pause_us = 0;  // producers
 };
 const char* kind_name(scenario::kind k) {
   static const char* n[] = {"none", "stage_throw", "before_start", "unwind", "layout"};
@@ -862,10 +888,14 @@ scenario make_scenario(std::uint64_t seed, int index, int n) {
   const int nc = n > 2 ? 1 + static_cast<int>(next(2)) : 1;
   sc.consumers.assign(ranks.begin(), ranks.begin() + nc);
   sc.producers.assign(ranks.begin() + nc, ranks.end());
-  sc.items = static_cast<int>(next(61));
-  sc.use_blob = next(2) == 0;
+  sc.items_of = static_cast<scenario::item_kind>(next(3));
+  sc.items = static_cast<int>(next(sc.items_of == scenario::tick_items ? 601 : 61));
   sc.prof_first = next(2) == 0;
-  sc.slow_every = next(4) == 0 ? 7 : 0;
+  sc.slow_every = next(4) == 0 ? 7 + static_cast<int>(next(40)) : 0;
+  if (next(3) == 0) {
+    sc.pause_every = 1 + static_cast<int>(next(20));
+    sc.pause_us = static_cast<int>(next(300));
+  }
   const int total = sc.items * static_cast<int>(sc.producers.size());
   switch (next(6)) {
     case 0: case 1: break;  // no fault
@@ -887,7 +917,7 @@ scenario make_scenario(std::uint64_t seed, int index, int n) {
       sc.before_run = next(2) == 0;
       break;
     case 5:
-      if (!sc.use_blob) break;
+      if (sc.items_of != scenario::blob_items) break;
       sc.fault = scenario::layout;
       sc.fault_rank = sc.consumers[next(sc.consumers.size())];
       break;
@@ -896,6 +926,7 @@ scenario make_scenario(std::uint64_t seed, int index, int n) {
 }
 
 std::string describe(const scenario& sc) {
+  static const char* item_names[] = {"blob", "sized", "tick"};
   auto list = [](const std::vector<int>& v) {
     std::string out;
     for (int r : v) out += (out.empty() ? "" : ",") + std::to_string(r);
@@ -903,8 +934,10 @@ std::string describe(const scenario& sc) {
   };
   return std::string("fault ") + kind_name(sc.fault) + " on rank " + std::to_string(sc.fault_rank) + " (throw_at " +
          std::to_string(sc.throw_at) + (sc.before_run ? ", before run" : "") + "), producers " + list(sc.producers) + ", consumers " + list(sc.consumers) +
-         ", " + std::to_string(sc.items) + " items each, " + (sc.use_blob ? "blob" : "sized") +
-         (sc.prof_first ? ", profiler first" : ", profiler after the job") + (sc.slow_every ? ", slow consumer" : "");
+         ", " + std::to_string(sc.items) + " items each, " + item_names[sc.items_of] +
+         (sc.prof_first ? ", profiler first" : ", profiler after the job") +
+         (sc.slow_every ? ", consumer sleeps 1 ms every " + std::to_string(sc.slow_every) + " items" : "") +
+         (sc.pause_every ? ", producers pause " + std::to_string(sc.pause_us) + " us every " + std::to_string(sc.pause_every) + " items" : "");
 }
 
 struct scenario_throw {};  // the fault "an exception leaves the job's scope"
@@ -941,7 +974,7 @@ void scenario_rank(const scenario& sc, outcome& o) {
     return;
   }
   link_t<T> link(job, sc.producers, sc.consumers);
-  run_config cfg{sc.items, -1, 0, 0}, ccfg{-1, -1, sc.slow_every, 0};
+  run_config cfg{sc.items, -1, 0, 0, sc.pause_every, sc.pause_us}, ccfg{-1, -1, sc.slow_every, 0, 0, 0};
   if (sc.fault == scenario::stage_throw && faulty) (link.is_producer() ? cfg : ccfg).throw_at = sc.throw_at;
   if (sc.fault == scenario::unwind && sc.before_run && faulty) throw scenario_throw{};
   if (link.is_producer()) {
@@ -970,6 +1003,17 @@ std::string judge(const scenario& sc, const std::vector<int>& status, const std:
       return "an item that was never sent arrived";
   }
   if (bad_total) return std::to_string(bad_total) + " items arrived corrupted";
+  // per consumer, each producer's items in the order it sent them
+  for (std::size_t r = 0, at = 0; r < got_per_rank.size(); ++r) {
+    std::map<int, int> last;
+    for (int k = 0; k < got_per_rank[r]; ++k, at += 2) {
+      const auto [it, fresh] = last.try_emplace(items[at], -1);
+      if (items[at + 1] <= it->second)
+        return "rank " + std::to_string(r) + " got item " + std::to_string(items[at + 1]) + " of rank " +
+               std::to_string(items[at]) + " after item " + std::to_string(it->second);
+      it->second = items[at + 1];
+    }
+  }
   for (int r = 0; r < n; ++r)
     if (status[static_cast<std::size_t>(r)] == 4) return "rank " + std::to_string(r) + " failed unexpectedly";
   const bool all_ok = std::all_of(status.begin(), status.end(), [](int x) { return x == 0; });
@@ -1037,7 +1081,8 @@ int stress(int argc, char** argv) {
     outcome o;
     try {
       const bool mismatched = sc.fault == scenario::layout && rank == sc.fault_rank;
-      if (!sc.use_blob) scenario_rank<sized>(sc, o);
+      if (sc.items_of == scenario::sized_items) scenario_rank<sized>(sc, o);
+      else if (sc.items_of == scenario::tick_items) scenario_rank<tick>(sc, o);
       else if (mismatched) scenario_rank<blob_swapped>(sc, o);
       else scenario_rank<blob>(sc, o);
     } catch (const scenario_throw&) {
@@ -1216,6 +1261,7 @@ int main(int argc, char** argv) {
     if (mode == "wire") return wire_checks();
     if (mode == "idle") return idle(argc, argv);
     if (mode == "batches") return batches(argc, argv);
+    if (mode == "driven") return driven(argc, argv);
     if (mode == "reuse") return reuse(argc, argv);
     if (mode == "stress") return stress(argc, argv);
     if (mode == "oversize") return oversize(argc, argv);
@@ -1238,7 +1284,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, stress, oversize, layout_mismatch, unwind_prof_first, "
+                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, driven, stress, oversize, layout_mismatch, unwind_prof_first, "
                        "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress)\n", mode.c_str());
   return 2;
 }

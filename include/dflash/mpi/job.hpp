@@ -14,12 +14,12 @@
 // (what a link does on the progress thread). This header composes them and
 // runs the progress loop as named phases (see loop()).
 //
-// Threading: after start(), every MPI call of this process is made by the
-// job's progress thread (links hand items to it through mutex-guarded
-// queues), and before start() / after finish() by the calling thread, never
-// at once: MPI_THREAD_SERIALIZED is enough (see runtime.hpp). One thread
-// polling with MPI_Iprobe/MPI_Test is also what lets a blocked rank notice a
-// remote stop. If the program initialised MPI itself with
+// Threading: after start(), the job's MPI calls are made by its progress
+// thread, or by a stage thread that drives its own link (see drive()), one at
+// a time under one lock; before start() / after finish() by the calling
+// thread, never at once: MPI_THREAD_SERIALIZED is enough (see runtime.hpp).
+// One thread polling with MPI_Iprobe/MPI_Test is also what lets a blocked
+// rank notice a remote stop. If the program initialised MPI itself with
 // MPI_THREAD_MULTIPLE it may keep making its own MPI calls concurrently (the
 // benchmark does).
 //
@@ -240,6 +240,43 @@ class job {
   /// A link has work for the progress thread (an item to send, a credit to
   /// return): wake it now rather than at its next poll.
   void wake() noexcept { waker_.wake(); }
+  /// A stage thread makes link c's MPI calls itself (c.progress()), so an
+  /// item or credit needs no hand-off to the progress thread: a thread switch
+  /// costs more than the calls when cores are shared. Only while the job
+  /// runs and no other thread of it is making MPI calls (never waits for
+  /// that); false if it did not.
+  bool drive(channel& c) {
+    std::unique_lock lk(mpi_m_, std::try_to_lock);
+    if (!lk.owns_lock() || !driving_allowed_) return false;
+    try {
+      c.progress();
+    } catch (const std::exception& e) {  // as on the progress thread: the link's state is unknown
+      fatal(e.what());
+    } catch (...) {
+      fatal("unknown exception");
+    }
+    ++drives_;
+    return true;
+  }
+  /// While one exists, a stage thread is blocked on a link and drives it
+  /// (drive()) in a loop; the progress thread naps meanwhile (and while stage
+  /// threads keep driving), so the two do not share a core.
+  class driver_scope {
+   public:
+    explicit driver_scope(job& j) noexcept : j_(&j) { j.drivers_.fetch_add(1, std::memory_order_relaxed); }
+    ~driver_scope() { end(); }
+    /// The stage thread stops driving (a thread about to sleep then wakes the progress thread).
+    void end() noexcept {
+      if (!j_) return;
+      j_->drivers_.fetch_sub(1, std::memory_order_relaxed);
+      j_ = nullptr;
+    }
+    driver_scope(const driver_scope&) = delete;
+    driver_scope& operator=(const driver_scope&) = delete;
+
+   private:
+    job* j_;
+  };
   /// The job co-owns every link's MPI state (a link destroyed before finish()
   /// leaves it to the job, which completes its requests).
   void attach(std::shared_ptr<channel> c) {
@@ -272,8 +309,8 @@ class job {
     std::lock_guard lk(ch_m_);
     std::erase_if(channels_, [c](const auto& o) { return o.get() == c; });
   }
-  /// Progress thread only: an MPI_Issend whose buffer the job keeps until it
-  /// completes (FINAL waits for it).
+  /// In progress() only (mpi_m_ held): an MPI_Issend whose buffer the job
+  /// keeps until it completes (FINAL waits for it).
   void post_owned(std::vector<std::byte> bytes, int dest, int tag) { owned_.post(std::move(bytes), dest, tag, comm()); }
 
   static constexpr int tag_links = dflash::mpi::tag_links;  ///< links' tags start here
@@ -340,6 +377,10 @@ class job {
     latest_.heard.assign(n, false);
     latest_.errors.assign(n, {});
     final_ = latest_;
+    {
+      std::lock_guard mpi(mpi_m_);
+      driving_allowed_ = true;  // this thread makes no MPI call until finish()
+    }
     thread_ = std::thread([this] {
       try {
         loop();
@@ -390,16 +431,25 @@ class job {
   void loop() {
     loop_state s{clock::now() + opt_.report_interval};
     for (;;) {
-      bool busy = receive_stops();
-      busy |= send_stop(s);
-      busy |= drive_links(s);
-      busy |= send_periodic_report(s);
-      if (rank() == 0) busy |= receive_reports();
-      busy |= send_final(s);
-      busy |= rank() == 0 ? collect_finals_and_bye(s) : await_bye(s);
-      if (s.done) return;
+      bool busy = false, requests = false, driven = false;
+      {
+        std::lock_guard mpi(mpi_m_);  // a stage thread driving its link waits for the pass (drive())
+        busy = receive_stops();
+        busy |= send_stop(s);
+        busy |= drive_links(s);
+        busy |= send_periodic_report(s);
+        if (rank() == 0) busy |= receive_reports();
+        busy |= send_final(s);
+        busy |= rank() == 0 ? collect_finals_and_bye(s) : await_bye(s);
+        if (s.done) {
+          driving_allowed_ = false;  // finish() and ~job make MPI calls on their own thread next
+          return;
+        }
+        requests = in_flight();
+        driven = std::exchange(drives_, 0) > 0;  // stage threads drove since the last pass
+      }
       passes_.fetch_add(1, std::memory_order_relaxed);
-      waker_.after_pass(busy, in_flight());
+      waker_.after_pass(busy, requests, driven || drivers_.load(std::memory_order_relaxed) > 0);
     }
   }
 
@@ -586,7 +636,13 @@ class job {
 
   std::mutex ch_m_;
   std::vector<std::shared_ptr<channel>> channels_;
-  owned_sends owned_;  // progress thread only
+  // Held by whichever thread makes the job's MPI calls after start(): the
+  // progress thread for a pass, or a stage thread in drive().
+  std::mutex mpi_m_;
+  bool driving_allowed_ = false;  // guarded by mpi_m_: between start() and the loop's end
+  std::atomic<int> drivers_{0};   // stage threads in a driver_scope
+  std::uint64_t drives_ = 0;      // guarded by mpi_m_: drive() calls since the progress thread's last pass
+  owned_sends owned_;  // with mpi_m_ held
 
   std::mutex hook_m_;
   std::function<bool()> cancelled_hook_;

@@ -39,11 +39,15 @@
 // * Keys: "<Name>.push_wait" (sink blocked for a credit), "<Name>.pop_wait"
 //   (source blocked for an item), plus the stages' own "<Name>.send.*" /
 //   "<Name>.recv.*".
-// * Wire: trivially copyable T, or wire<T> (wire.hpp). The items the
-//   progress thread finds handed over go as one header message per consumer
-//   (small items cross as their headers: one message per credit window,
-//   not per item), then each buffer straight from the item's memory
-//   (MPI_Issend, no staging copy).
+// * Wire: trivially copyable T, or wire<T> (wire.hpp). Items queued while
+//   a batch header is unmatched (or while the sink waits for credits) go
+//   as one header message per consumer (small items cross as their
+//   headers: a message per credit window, not per item), then each buffer
+//   straight from the item's memory (MPI_Issend, no staging copy).
+// * Threads: a blocked send / receive makes the link's MPI calls itself
+//   (job::drive) for a while before it sleeps, and an item or credit
+//   handed over is posted by the calling thread when the job's MPI lock is
+//   free: the progress thread is the fallback, not a hop per item.
 // * Validation: a consumer checks each header against its wire<T> layout and
 //   each size against the buffer message that arrived (matched probes)
 //   before it allocates; an item that does not fit fails the job with the
@@ -54,6 +58,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <cstddef>
@@ -92,6 +98,8 @@ struct link_stats {
   std::uint64_t queued = 0;                ///< items handed to send(), not yet posted (now)
   std::uint64_t max_batch = 0;             ///< most items posted in one header message
   std::vector<std::uint64_t> credits_from; ///< per rank: credits it returned
+  // both
+  std::uint64_t driven = 0;  ///< passes over the link made by a stage thread in send/receive (job::drive)
 };
 
 namespace detail {
@@ -108,6 +116,7 @@ class link_core final : public channel {
     const auto n = static_cast<std::size_t>(j.size());
     outstanding_.assign(consumers_.size(), 0);
     buffered_.assign(n, 0);
+    waiting_.assign(n, 0);
     credit_due_.assign(n, 0);
     stats_.taken_from.assign(n, 0);
     stats_.credits_to.assign(n, 0);
@@ -125,17 +134,18 @@ class link_core final : public channel {
     if (closing_) throw std::logic_error(link_name() + ": send() after close()");
     if (in_flight_ >= Depth && !stopped_) {
       auto t = prof.scope(push_wait_key<Name>{});
-      lk.unlock();
-      job_.wake();  // poll for credits at full speed while blocked
-      lk.lock();
-      wait_for(lk, [&] { return in_flight_ < Depth || stopped_; });
+      ++blocked_senders_;  // what is queued goes now, whatever is in flight
+      wait_driving(lk, [&] { return in_flight_ < Depth || stopped_; });
+      --blocked_senders_;
     }
     if (stopped_) throw pipeline_stop{};
     ++in_flight_;
-    const bool was_empty = outbox_.empty();
     outbox_.push_back(std::move(item));
+    // With a header in flight the item waits to join the next batch (whoever
+    // sees that header complete posts it: the progress thread polls meanwhile).
+    const bool post_now = headers_in_flight_ == 0;
     lk.unlock();
-    if (was_empty) job_.wake();  // otherwise the progress thread has not taken the earlier ones yet
+    if (post_now && !drive()) job_.wake();
   }
 
   std::optional<T> take_sent() {
@@ -161,10 +171,7 @@ class link_core final : public channel {
     std::unique_lock lk(m_);
     if (inbox_.empty() && !closed_ && !stopped_) {
       auto t = prof.scope(pop_wait_key<Name>{});
-      lk.unlock();
-      job_.wake();  // poll for items at full speed while blocked
-      lk.lock();
-      wait_for(lk, [&] { return !inbox_.empty() || closed_ || stopped_; });
+      wait_driving(lk, [&] { return !inbox_.empty() || closed_ || stopped_; });
     }
     if (stopped_) throw pipeline_stop{};
     if (inbox_.empty()) return std::nullopt;  // closed
@@ -177,7 +184,7 @@ class link_core final : public channel {
     ++stats_.received;
     ++stats_.taken_from[r];
     lk.unlock();
-    if (credits_go) job_.wake();
+    if (credits_go && !drive()) job_.wake();
     return std::move(item);
   }
 
@@ -190,10 +197,11 @@ class link_core final : public channel {
     std::lock_guard lk(m_);
     auto s = stats_;
     s.queued = outbox_.size();
+    s.driven = driven_.load(std::memory_order_relaxed);
     return s;
   }
 
-  // ---- channel (progress thread) ---------------------------------------------
+  // ---- channel (with the job's MPI lock: progress thread or a driving stage) --
   int tag_base() const override { return tag_base_; }
 
   void on_stop() override {
@@ -213,7 +221,7 @@ class link_core final : public channel {
     return sends_.empty() && (outbox_.empty() || stopped_) && (!closing_ || fin_sent_);
   }
 
-  bool in_flight() override { return !sends_.empty() || !recvs_.empty(); }  // progress thread's own state
+  bool in_flight() override { return !sends_.empty() || !recvs_.empty(); }  // state under the job's MPI lock
 
   bool progress() override {
     bool busy = false;
@@ -242,7 +250,8 @@ class link_core final : public channel {
   struct send_rec {
     std::vector<T> items;
     std::vector<std::byte> header;
-    std::vector<MPI_Request> reqs;
+    std::vector<MPI_Request> reqs;  // the header's first (none: FIN)
+    bool header_done = false;
   };
   struct recv_rec {
     T item;
@@ -274,18 +283,35 @@ class link_core final : public channel {
     if (header > (wire_max_buffer_bytes - 8) / Depth - 2 * sizeof(frame_word))
       throw std::length_error(link_name() + ": an item's header is over 2 GiB / Depth (MPI's int count limit)");
   }
-  // Yields a little before it sleeps: within a credit window the progress
-  // thread usually answers in a few µs, less than a futex sleep and wake-up.
+  // A blocked send or receive drives the link itself (job::drive) for up to
+  // drive_budget: within a credit window the answer usually comes in a few
+  // µs, and a hand-off to the progress thread and back costs two thread
+  // switches. Then it sleeps and leaves the polling to the progress thread.
   template <class Pred>
-  void wait_for(std::unique_lock<std::mutex>& lk, Pred ready) {
-    for (int i = 0; i < spin_yields && !ready(); ++i) {
+  void wait_driving(std::unique_lock<std::mutex>& lk, Pred ready) {
+    if (ready()) return;
+    job::driver_scope driving(job_);
+    const auto until = std::chrono::steady_clock::now() + drive_budget;
+    for (unsigned i = 1;; ++i) {
       lk.unlock();
-      std::this_thread::yield();
+      if (!drive()) std::this_thread::yield();  // the progress thread is in a pass
       lk.lock();
+      if (ready()) return;
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
     }
+    driving.end();
+    lk.unlock();
+    job_.wake();  // the progress thread polls at full speed for a sleeping stage
+    lk.lock();
     cv_.wait(lk, ready);
   }
-  static constexpr int spin_yields = 64;
+  static constexpr std::chrono::microseconds drive_budget{200};
+  bool drive() {
+    if (!job_.drive(*this)) return false;
+    driven_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  std::atomic<std::uint64_t> driven_{0};
 
   static bool test_all(std::vector<MPI_Request>& reqs) {
     int done = 0;
@@ -328,7 +354,9 @@ class link_core final : public channel {
     std::vector<std::vector<T>> to(consumers_.size());
     {
       std::lock_guard lk(m_);
-      if (outbox_.empty()) return false;
+      // Items queued while a header is in flight wait for it (they go as one
+      // batch), unless the sink is blocked for credits or closing.
+      if (outbox_.empty() || (headers_in_flight_ > 0 && blocked_senders_ == 0 && !closing_)) return false;
       for (auto& x : outbox_) {
         std::size_t k = 0;
         for (std::size_t i = 1; i < consumers_.size(); ++i)
@@ -338,7 +366,10 @@ class link_core final : public channel {
         to[k].push_back(std::move(x));
       }
       outbox_.clear();
-      for (const auto& b : to) stats_.max_batch = std::max<std::uint64_t>(stats_.max_batch, b.size());
+      for (const auto& b : to) {
+        stats_.max_batch = std::max<std::uint64_t>(stats_.max_batch, b.size());
+        headers_in_flight_ += !b.empty();
+      }
     }
     std::vector<std::byte> h;
     std::vector<wire_buffer> item_bufs, bufs;
@@ -373,7 +404,17 @@ class link_core final : public channel {
     // completed sends first: their items go back to the producer for reuse (or go), so
     // a sink woken by the credits below finds them in take_sent()
     for (auto it = sends_.begin(); it != sends_.end();) {
-      if (test_all(it->reqs)) {
+      if (!it->header_done) {
+        int done = 0;
+        check(MPI_Test(&it->reqs[0], &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (done) {
+          it->header_done = true;
+          std::lock_guard lk(m_);
+          --headers_in_flight_;
+          busy = true;
+        }
+      }
+      if (it->header_done && test_all(it->reqs)) {
         std::lock_guard lk(m_);
         if constexpr (reusable)
           for (auto& x : it->items)
@@ -396,6 +437,7 @@ class link_core final : public channel {
     if (fin_now) {
       for (int dest : consumers_) {
         auto& s = sends_.emplace_back();
+        s.header_done = true;  // not a batch: headers_in_flight_ does not count it
         s.reqs.assign(1, MPI_REQUEST_NULL);
         check(MPI_Issend(nullptr, 0, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
       }
@@ -407,27 +449,40 @@ class link_core final : public channel {
   // The header's sizes against the buffer messages that arrived: on success
   // the item's vectors are sized and its receives posted; otherwise the bytes
   // land in scratch (the producer's sends must complete) and the job fails.
-  void post_receives(recv_rec& r) {
+  // Fills item from its wire<T> header and sizes its vectors to the buffer
+  // messages that arrived (bufs: where to receive them); else why it does not fit.
+  static std::string fit(T& item, const std::byte* header, std::size_t len, std::uint32_t nbufs,
+                         const std::vector<int>& sizes, std::vector<wire_buffer>& bufs) {
     std::string why;
-    std::vector<wire_buffer> bufs;
     try {
-      const auto ext = wire_parse(r.item, r.header.data(), r.header.size());
-      std::vector<std::size_t> want;
-      for (const auto& e : ext)
-        if (e.count) want.push_back(e.bytes);
-      if (want.size() != r.nbufs) {
-        why = "its header gives " + std::to_string(want.size()) + " non-empty vectors, " + std::to_string(r.nbufs) +
-              " buffers were sent";
-      } else {
-        for (std::size_t k = 0; k < want.size() && why.empty(); ++k)
-          if (want[k] != static_cast<std::size_t>(r.sizes[k]))
-            why = "its header gives buffer " + std::to_string(k) + " " + std::to_string(want[k]) + " bytes, " +
-                  std::to_string(r.sizes[k]) + " bytes arrived";
+      const auto ext = wire_parse(item, header, len);
+      std::size_t k = 0;
+      for (const auto& e : ext) {
+        if (!e.count) continue;
+        if (k < nbufs && e.bytes != static_cast<std::size_t>(sizes[k]) && why.empty())
+          why = "its header gives buffer " + std::to_string(k) + " " + std::to_string(e.bytes) + " bytes, " +
+                std::to_string(sizes[k]) + " bytes arrived";
+        ++k;
       }
-      if (why.empty()) wire_allocate(r.item, ext, bufs);
+      if (k != nbufs)
+        why = "its header gives " + std::to_string(k) + " non-empty vectors, " + std::to_string(nbufs) +
+              " buffers were sent";
+      if (why.empty()) wire_allocate(item, ext, bufs);
     } catch (const std::exception& e) {
       why = e.what();
     }
+    return why;
+  }
+  void report_reject(int src, const std::string& why) {
+    if (reported_) return;
+    reported_ = true;
+    job_.fail(link_name() + ": an item from rank " + std::to_string(src) +
+              " does not fit this rank's wire<T> layout (producer and consumer disagree on the item type): " + why);
+  }
+
+  void post_receives(recv_rec& r) {
+    std::vector<wire_buffer> bufs;
+    const std::string why = fit(r.item, r.header.data(), r.header.size(), r.nbufs, r.sizes, bufs);
     r.reqs.assign(r.nbufs, MPI_REQUEST_NULL);
     if (!why.empty()) {
       r.rejected = true;
@@ -436,11 +491,7 @@ class link_core final : public channel {
         r.scratch[k].resize(static_cast<std::size_t>(r.sizes[k]));
         check(MPI_Imrecv(r.scratch[k].data(), r.sizes[k], MPI_BYTE, &r.msgs[k], &r.reqs[k]), "MPI_Imrecv");
       }
-      if (!reported_) {
-        reported_ = true;
-        job_.fail(link_name() + ": an item from rank " + std::to_string(r.src) +
-                  " does not fit this rank's wire<T> layout (producer and consumer disagree on the item type): " + why);
-      }
+      report_reject(r.src, why);
     } else {
       for (std::size_t k = 0; k < r.nbufs; ++k)
         check(MPI_Imrecv(bufs[k].data, r.sizes[k], MPI_BYTE, &r.msgs[k], &r.reqs[k]), "MPI_Imrecv");
@@ -448,7 +499,9 @@ class link_core final : public channel {
     r.posted = true;
   }
 
-  // A batch header into one recv_rec per item (into recycled items where there are some).
+  // A batch header into items (into recycled ones where there are some): an
+  // item with no buffers and none of its producer's ahead of it goes to the
+  // source stage at once, the others wait in a recv_rec for their buffers.
   void parse_batch(const std::vector<std::byte>& h, int src) {
     auto malformed = [&] {  // not from an mpi_link: nothing can be drained
       return std::runtime_error(link_name() + ": malformed item header from rank " + std::to_string(src));
@@ -464,7 +517,8 @@ class link_core final : public channel {
     };
     frame_word count = 0;
     std::memcpy(&count, h.data() + 1, sizeof count);
-    std::vector<std::pair<frame_word, std::pair<std::size_t, std::size_t>>> items;  // nbufs, header span
+    auto& items = spans_;  // nbufs, header span
+    items.clear();
     for (frame_word i = 0; i < count; ++i) {
       const frame_word nbufs = word();
       const std::size_t len = word();
@@ -473,21 +527,44 @@ class link_core final : public channel {
       at += len;
     }
     if (at != h.size() || count == 0) throw malformed();
+    const auto s = static_cast<std::size_t>(src);
+    std::string why;
+    bool delivered = false;
     std::lock_guard lk(m_);
-    for (const auto& [nbufs, span] : items) {
-      auto& r = recvs_.emplace_back();
+    auto spare = [&] {
+      T x{};
       if (!spare_.empty()) {
-        r.item = std::move(spare_.back());
+        x = std::move(spare_.back());
         spare_.pop_back();
       }
+      return x;
+    };
+    for (const auto& [nbufs, span] : items) {
+      if (nbufs == 0 && waiting_[s] == 0) {
+        T x = spare();
+        std::vector<wire_buffer> none;
+        if (auto w = fit(x, h.data() + span.first, span.second, 0, {}, none); !w.empty()) {
+          ++stats_.rejected;
+          if (why.empty()) why = std::move(w);
+          continue;
+        }
+        inbox_.emplace_back(std::move(x), src);
+        ++buffered_[s];
+        delivered = true;
+        continue;
+      }
+      auto& r = recvs_.emplace_back();
+      r.item = spare();
       r.src = src;
       r.nbufs = nbufs;
       r.header.assign(h.begin() + static_cast<std::ptrdiff_t>(span.first),
                       h.begin() + static_cast<std::ptrdiff_t>(span.first + span.second));
+      ++waiting_[s];
+      ++buffered_[s];
     }
-    auto& b = buffered_[static_cast<std::size_t>(src)];
-    b += items.size();
-    stats_.max_buffered_per_producer = std::max<std::uint64_t>(stats_.max_buffered_per_producer, b);
+    stats_.max_buffered_per_producer = std::max<std::uint64_t>(stats_.max_buffered_per_producer, buffered_[s]);
+    if (delivered) cv_.notify_all();
+    if (!why.empty()) report_reject(src, why);
   }
 
   bool progress_consumer() {
@@ -512,7 +589,8 @@ class link_core final : public channel {
       parse_batch(header_in_, st.MPI_SOURCE);
     }
     // buffer messages: matched in order per producer (an item's come before the next item's)
-    std::vector<bool> blocked(buffered_.size(), false);
+    auto& blocked = blocked_;
+    blocked.assign(buffered_.size(), false);
     for (auto& r : recvs_) {
       if (r.posted) continue;
       auto&& blk = blocked[static_cast<std::size_t>(r.src)];
@@ -550,6 +628,7 @@ class link_core final : public channel {
           inbox_.emplace_back(std::move(it->item), it->src);
           delivered = true;
         }
+        --waiting_[static_cast<std::size_t>(it->src)];
         it = recvs_.erase(it);
         busy = true;
       } else {
@@ -560,7 +639,8 @@ class link_core final : public channel {
     if (delivered) cv_.notify_all();
     if (deliver.owns_lock()) deliver.unlock();
     // credits for what the source stage took, in batches
-    std::vector<std::pair<int, std::uint64_t>> due;
+    auto& due = due_;
+    due.clear();
     {
       std::lock_guard lk(m_);
       for (std::size_t r = 0; r < credit_due_.size(); ++r)
@@ -595,6 +675,8 @@ class link_core final : public channel {
   std::vector<T> spent_;                    // sent items for take_sent()
   std::vector<std::uint64_t> outstanding_;  // per consumer index
   bool closing_ = false, fin_sent_ = false;
+  std::size_t headers_in_flight_ = 0;  // batch headers posted, not yet matched
+  int blocked_senders_ = 0;            // sends waiting for a credit
   // consumer
   std::deque<std::pair<T, int>> inbox_;
   std::vector<T> spare_;                              // recycled items to receive into
@@ -602,11 +684,16 @@ class link_core final : public channel {
   std::size_t fins_ = 0;
   link_stats stats_;
 
-  // progress thread only
+  // with the job's MPI lock held only
   std::list<send_rec> sends_;
   std::list<recv_rec> recvs_;
   std::vector<std::byte> header_in_;
   bool reported_ = false;
+  std::vector<std::size_t> waiting_;  // per rank: its items in recvs_
+  // scratch, kept to allocate nothing per pass
+  std::vector<std::pair<frame_word, std::pair<std::size_t, std::size_t>>> spans_;
+  std::vector<bool> blocked_;
+  std::vector<std::pair<int, std::uint64_t>> due_;
 };
 
 }  // namespace detail

@@ -14,6 +14,9 @@
 // Any pass that did something, and any wake() (a link handing over an item
 // or a credit, or a stage about to block in send/receive), starts over at
 // full speed, so a blocked stage is served within µs of its data arriving.
+// While a stage thread drives its link itself (job::drive), the thread only
+// naps (driven_nap, or until a wake()): on shared cores a polling progress
+// thread would take half the driver's core.
 
 #include <algorithm>
 #include <atomic>
@@ -37,8 +40,14 @@ class progress_waker {
   }
 
   /// Progress thread, after each pass: `busy` if the pass did anything,
-  /// `in_flight` if MPI requests of this rank are not complete yet.
-  void after_pass(bool busy, bool in_flight) {
+  /// `in_flight` if MPI requests of this rank are not complete yet, `driven`
+  /// if a stage thread is driving its link.
+  void after_pass(bool busy, bool in_flight, bool driven = false) {
+    if (driven) {
+      idle_passes_ = 0;
+      if (!wake_.exchange(false, std::memory_order_acq_rel)) nap(driven_nap);
+      return;
+    }
     if (busy || wake_.exchange(false, std::memory_order_acq_rel)) {
       idle_passes_ = 0;
       return;
@@ -49,10 +58,7 @@ class progress_waker {
       std::this_thread::yield();
       return;
     }
-    std::unique_lock lk(m_);
-    sleeping_.store(true);
-    cv_.wait_for(lk, d, [&] { return wake_.load(); });
-    sleeping_.store(false);
+    nap(d);
   }
 
   /// The policy: how long the n-th idle pass in a row waits (0: it only yields).
@@ -63,9 +69,16 @@ class progress_waker {
   }
 
   static constexpr int yield_passes = 100;
-  static constexpr std::chrono::microseconds min_nap{50}, max_nap{10000};
+  static constexpr std::chrono::microseconds min_nap{50}, max_nap{10000}, driven_nap{200};
 
  private:
+  void nap(std::chrono::microseconds d) {
+    std::unique_lock lk(m_);
+    sleeping_.store(true);
+    cv_.wait_for(lk, d, [&] { return wake_.load(); });
+    sleeping_.store(false);
+  }
+
   std::mutex m_;
   std::condition_variable cv_;
   std::atomic<bool> wake_{false}, sleeping_{false};
