@@ -266,12 +266,12 @@ TEST_CASE("a device stage's age when its device work ended: after the work, befo
   CHECK(row(s, "read.age_gpu_end").count == 30);
   CHECK(row(s, "fill.age_clock_backwards").count == 0);
   CHECK(row(s, "read.age_clock_backwards").count == 0);
-  // the work ran after the item was born (3 ms in fill, 2 ms more in read); the anchor makes an
-  // end early by at most its own latency, allowed 1 ms here
-  CHECK(row(s, "fill.age_gpu_end").min_ns >= 2'000'000);
-  CHECK(row(s, "read.age_gpu_end").min_ns >= 4'000'000);
-  // and it ended before the sink's call on the item ended (the sink waits for read's work)
-  CHECK(row(s, "read.age_gpu_end").max_ns <= row(s, "sink.e2e").max_ns + 1'000'000);
+  // the work ran after the item was born (3 ms in fill, 2 ms more in read); an end never reads early
+  CHECK(row(s, "fill.age_gpu_end").min_ns >= 3'000'000);
+  CHECK(row(s, "read.age_gpu_end").min_ns >= 5'000'000);
+  // and it ended before the sink's call on the item ended (the sink waits for read's work); an
+  // end reads late by up to the anchor's poll (µs, more on an overloaded machine: 10 ms allowed)
+  CHECK(row(s, "read.age_gpu_end").max_ns <= row(s, "sink.e2e").max_ns + 10'000'000);
   // each end is at least the device time of the stage's own work after the item's age at its start
   CHECK(row(s, "fill.age_gpu_end").total_ns >= row(s, "fill.age").total_ns + row(s, "fill.gpu").total_ns / 2);
 }

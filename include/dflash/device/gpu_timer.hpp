@@ -9,14 +9,18 @@
 // its device work ended on the host's clock (so "<stage>.age_gpu_end", the
 // item's age then): the device timeline is tied to the host clock by an
 // anchor event recorded on the stream while the stream has nothing in
-// flight, so it completes at once, with the host clock read just after; an
-// end event's host time is then the anchor's plus the device time between
-// the two. Early by at most the anchor's launch latency (µs). The anchor is
-// renewed when the stream is idle again, so the two clocks' drift stays small.
+// flight; the worker polls it until it has completed (µs: the stream is
+// idle) and reads the host clock then, so the anchor's device time is at or
+// before that reading. An end event's host time is the anchor's plus the
+// device time between the two: never early (an item never reads as ending
+// before it was born), late by at most the poll. The anchor is renewed when
+// the stream is idle again (at most once per anchor_every items), so the two
+// clocks' drift stays small.
 
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,6 +36,9 @@ class gpu_timer {
   static constexpr std::int64_t unstamped = std::numeric_limits<std::int64_t>::min();
   /// Items between anchors, at least (an anchor is one more event record).
   static constexpr std::uint64_t anchor_every = 16;
+  /// An anchor whose poll took longer (the thread was descheduled) is renewed
+  /// at the next idle moment: the ends it gives are late by up to the poll.
+  static constexpr std::int64_t anchor_slack_ns = 50'000;
 
   explicit gpu_timer(B& b) : b_(b) {}
   gpu_timer(const gpu_timer&) = delete;
@@ -45,14 +52,17 @@ class gpu_timer {
   }
   /// Ties the device timeline to the host clock (`host_now()`, ns), when the
   /// stream `s` has no work in flight: before its first item, or once every
-  /// timed item's work ended (idle()) and nothing else is enqueued on it.
+  /// timed item's work ended (anchor_due()). Polls until the anchor event
+  /// completed: short on an idle stream, and never a counted host wait.
   template <class Now>
   void anchor(typename B::stream_type s, Now&& host_now) {
     if (!anchored_) anchor_ = b_.create_event(true);
     anchored_ = true;
+    const std::int64_t before = host_now();
     b_.record(anchor_, s);
+    while (!b_.query(anchor_)) std::this_thread::yield();
     anchor_ns_ = host_now();
-    since_anchor_ = 0;
+    since_anchor_ = anchor_ns_ - before > anchor_slack_ns ? anchor_every : 0;
   }
   /// Every timed item's work ended and the anchor is due for renewal.
   [[nodiscard]] bool anchor_due() const noexcept { return pending_.empty() && since_anchor_ >= anchor_every; }

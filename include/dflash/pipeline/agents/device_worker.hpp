@@ -162,7 +162,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
       b.check(native);  // an asynchronous error so far: stop now, not at the end
       resolve();
       // flow: every timed item's work ended, and what was enqueued after it (hand-over
-      // records) completes at once: the stream is idle, a good moment to renew the anchor
+      // records) completes at once: the stream is idle, so the anchor's poll is short
       if constexpr (follow_gpu_end)
         if (timer->anchor_due()) timer->anchor(native, now_ns);
     }
