@@ -235,9 +235,9 @@ TEST_CASE("device stages record .gpu from their events with a stateful policy; k
   using keys = dflash::pipeline_keys<twin_pipeline<dflash::NullProfiler>>;
   using expected =
       dflash::key_set<"numbers.wait", "numbers.work", "in_q.push_wait", "in_q.pop_wait", "fill.wait", "fill.work",
-                      "fill.gpu", "fill.age", "fill.age_clock_backwards", "hs_device.push_wait", "hs_device.pop_wait",
-                      "verify.wait", "verify.work", "verify.gpu", "verify.age", "verify.age_clock_backwards",
-                      "out_q.push_wait", "out_q.pop_wait", "collect.wait", "collect.work", "collect.age",
+                      "fill.gpu", "fill.age", "fill.age_clock_backwards", "fill.age_gpu_end", "hs_device.push_wait",
+                      "hs_device.pop_wait", "verify.wait", "verify.work", "verify.gpu", "verify.age",
+                      "verify.age_clock_backwards", "verify.age_gpu_end", "out_q.push_wait", "out_q.pop_wait", "collect.wait", "collect.work", "collect.age",
                       "collect.age_clock_backwards", "collect.e2e">;
   STATIC_REQUIRE(std::is_same_v<keys, expected>);
   using prof_t = dflash::AccumulatingProfiler<keys>;
@@ -253,6 +253,10 @@ TEST_CASE("device stages record .gpu from their events with a stateful policy; k
   CHECK(snap.find("fill.gpu")->count == 40);
   CHECK(snap.find("verify.gpu")->count == 40);
   CHECK(snap.find("fill.gpu")->min_ns >= 900'000u);
+  // each item's age when the device work on it ended: after fill's 1 ms of it
+  CHECK(snap.find("fill.age_gpu_end")->count == 40);
+  CHECK(snap.find("verify.age_gpu_end")->count == 40);
+  CHECK(snap.find("fill.age_gpu_end")->min_ns >= 900'000u);
   CHECK(snap.find("hs_device.pop_wait")->count >= 40);
   CHECK(p.backend().stats().timing_events > 0);
 }

@@ -222,6 +222,61 @@ TEST_CASE("stamps cross a device link beside the slot and a pending host link", 
   CHECK(row(s, "sink.e2e").min_ns >= 12000);
 }
 
+// ---- a device stage's age when its device work ended (the host twin runs the work later, on its own thread) ----
+namespace {
+template <class P>
+struct slow_fill {
+  static constexpr dflash::fixed_string name{"fill"};
+  using input_type = int;
+  using output_type = dslot;
+  void operator()(int&& x, dslot& out, const DS& ds) const {
+    out.value = x;
+    ds.enqueue([] { std::this_thread::sleep_for(3ms); });
+  }
+};
+template <class P>
+struct slow_read {
+  static constexpr dflash::fixed_string name{"read"};
+  using input_type = dslot;
+  using output_type = int;
+  int operator()(dslot& in, const DS& ds) const {
+    ds.enqueue([] { std::this_thread::sleep_for(2ms); });
+    return in.value;
+  }
+};
+template <class P>
+using slow_chain = dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in", 4>, slow_fill<P>, dflash::device_link<"dev", 3>,
+                                    slow_read<P>, dflash::queue_link<"out", 4>, sink<P>>;
+using slow_keys = dflash::pipeline_keys<slow_chain<NullProfiler>>;
+// Device stages after the source have the row; host stages and the source do not.
+static_assert(slow_keys::contains("fill.age_gpu_end") && slow_keys::contains("read.age_gpu_end"));
+static_assert(!slow_keys::contains("numbers.age_gpu_end") && !slow_keys::contains("sink.age_gpu_end"));
+}  // namespace
+
+TEST_CASE("a device stage's age when its device work ended: after the work, before the sink", "[pipeline][flow][device]") {
+  watchdog wd("flow age_gpu_end");
+  using prof = dflash::AccumulatingProfiler<slow_keys>;  // steady_clock: the host twin's device time is real time
+  prof pr;
+  std::vector<int> got;
+  slow_chain<prof> p(pr, numbers<prof>{30}, slow_fill<prof>{}, slow_read<prof>{}, sink<prof>{&got});
+  p.run_to_completion();
+  REQUIRE(got.size() == 30);
+  const auto s = pr.snapshot();
+  // every item's device work was followed to its end, none read behind its birth
+  CHECK(row(s, "fill.age_gpu_end").count == 30);
+  CHECK(row(s, "read.age_gpu_end").count == 30);
+  CHECK(row(s, "fill.age_clock_backwards").count == 0);
+  CHECK(row(s, "read.age_clock_backwards").count == 0);
+  // the work ran after the item was born (3 ms in fill, 2 ms more in read); an end never reads early
+  CHECK(row(s, "fill.age_gpu_end").min_ns >= 3'000'000);
+  CHECK(row(s, "read.age_gpu_end").min_ns >= 5'000'000);
+  // and it ended before the sink's call on the item ended (the sink waits for read's work); an
+  // end reads late by up to the anchor's poll (µs, more on an overloaded machine: 10 ms allowed)
+  CHECK(row(s, "read.age_gpu_end").max_ns <= row(s, "sink.e2e").max_ns + 10'000'000);
+  // each end is at least the device time of the stage's own work after the item's age at its start
+  CHECK(row(s, "fill.age_gpu_end").total_ns >= row(s, "fill.age").total_ns + row(s, "fill.gpu").total_ns / 2);
+}
+
 // ---- the trace: ranges on tracks, device time on stream tracks, flows from source to sink ----
 namespace {
 using json = nlohmann::json;

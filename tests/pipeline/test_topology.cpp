@@ -73,8 +73,10 @@ static_assert(D::has_device_links && std::is_same_v<D::backend_type, B> && !D::s
 static_assert(!D::device_stage<0> && D::device_stage<1> && D::device_stage<2> && !D::device_stage<3>);
 static_assert(D::slots_at<1> && !D::slots_at<0> && D::output_slot<1>() && D::input_slot<2>());
 static_assert(D::pending_at<2> && !D::pending_at<0> && !D::pending_at<1>);
-// the device stages' keys include "<stage>.gpu"
-static_assert(dflash::detail::topology_keys<D>::type::size == 4 * 2 + 2 + 3 * 2 + 3 * 2 + 1);
+// the device stages' keys include "<stage>.gpu", and (both after the source) "<stage>.age_gpu_end"
+static_assert(dflash::detail::topology_keys<D>::type::size == 4 * 2 + 2 + 3 * 2 + 3 * 2 + 1 + 2);
+static_assert(dflash::detail::topology_keys<D>::type::contains("fill.age_gpu_end") &&
+              dflash::detail::topology_keys<D>::type::contains("read.age_gpu_end"));
 
 // A link kind written by a user: a host queue that also counts what crossed
 // it. Nothing in the pipeline names it; it answers the PipelineLink questions.

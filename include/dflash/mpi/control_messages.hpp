@@ -22,7 +22,7 @@
 
 namespace dflash::mpi {
 
-inline constexpr int tag_stop = 1, tag_profile = 2, tag_final = 3, tag_bye = 4, tag_links = 100;
+inline constexpr int tag_stop = 1, tag_profile = 2, tag_final = 3, tag_bye = 4, tag_clock = 5, tag_links = 100;
 
 struct stop_message {
   std::uint8_t unused = 0;  // MPI messages may be empty, but a STOP is never confused with one

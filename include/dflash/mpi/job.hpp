@@ -76,12 +76,14 @@
 #include <vector>
 
 #include "dflash/mpi/channel.hpp"
+#include "dflash/mpi/clock_offset.hpp"
 #include "dflash/mpi/control_messages.hpp"
 #include "dflash/mpi/job_profile.hpp"
 #include "dflash/mpi/key_agreement.hpp"
 #include "dflash/mpi/owned_sends.hpp"
 #include "dflash/mpi/progress_waker.hpp"
 #include "dflash/mpi/runtime.hpp"
+#include "dflash/pipeline/item.hpp"
 #include "dflash/profile/stats.hpp"
 
 namespace dflash::mpi {
@@ -94,6 +96,9 @@ struct job_options {
   /// while a run() or finish() is in progress on rank 0; an exception it
   /// throws fails the job. Default: print format_job_table to stdout.
   std::function<void(const job_profile&)> on_report;
+  /// The start-up clock exchange, made when a rank's profiler stamps items
+  /// (FlowPolicy): its offsets convert stamps that cross a net_link.
+  clock_offset_options clock;
 };
 
 struct job_result {
@@ -154,7 +159,8 @@ class job {
 
   /// Collective: checks that every rank's profiler has the same key set (else
   /// every rank throws std::runtime_error naming the first differing key),
-  /// then starts the progress thread. prof is read (snapshots) only while a
+  /// estimates every rank's clock offset to rank 0 when a profiler stamps
+  /// items (clock_offset.hpp), then starts the progress thread. prof is read (snapshots) only while a
   /// run() or finish() call is in progress, so it may be declared before or
   /// after the job.
   template <class Profiler>
@@ -164,6 +170,10 @@ class job {
       for (auto n : Profiler::keys::names) names.emplace_back(n);
       snap_ = [&prof] { return prof.snapshot(); };
     }
+    if constexpr (FlowPolicy<Profiler>)
+      clock_now_ = [] {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(Profiler::clock::now().time_since_epoch()).count();
+      };
     start_impl(std::move(names), std::move(opt));
   }
   /// Without a profiler (every rank must then start this way).
@@ -224,6 +234,13 @@ class job {
   /// Passes the progress thread made over its phases (an idle job makes few:
   /// see progress_waker).
   [[nodiscard]] std::uint64_t progress_passes() const noexcept { return passes_.load(std::memory_order_relaxed); }
+  /// Every rank's profiler-clock offset to rank 0, estimated at start() (empty
+  /// when no rank's profiler stamps items).
+  [[nodiscard]] const clock_offsets& clocks() const noexcept { return clocks_; }
+  /// A flow stamp's time taken on rank `from`, on this rank's clock.
+  [[nodiscard]] std::int64_t to_local_clock(std::int64_t t_ns, int from) const noexcept {
+    return clocks_.to_local(t_ns, from);
+  }
   /// A STOP was seen (from this rank or another).
   [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
 
@@ -352,20 +369,31 @@ class job {
     return r;
   }
 
-  std::vector<std::uint64_t> vote(const start_vote& v) {
+  start_agreement vote(const start_vote& v) {
     voted_ = true;
     return agree_to_start(comm(), size(), v);
   }
 
   void start_impl(std::vector<std::string> names, job_options opt) {
     if (voted_) throw std::logic_error("dflash::mpi::job::start(): called twice");
-    if (opt.report_interval.count() < 0) {
+    std::string bad;
+    if (opt.report_interval.count() < 0) bad = "job_options::report_interval must not be negative";
+    else if (opt.clock.rounds < 1) bad = "job_options::clock.rounds must be at least 1";
+    else if (opt.clock.max_error.count() < 0) bad = "job_options::clock.max_error must not be negative";
+    if (!bad.empty()) {
       // Local bad input: the other ranks are entering the collective; fail start() there too.
-      const std::string why = "job_options::report_interval must not be negative";
-      (void)vote({true, why, 0});
-      throw std::invalid_argument("dflash::mpi::job: " + why);
+      (void)vote({true, bad, 0});
+      throw std::invalid_argument("dflash::mpi::job: " + bad);
     }
-    check_key_sets(comm(), size(), names, vote({false, {}, key_set_hash(names)}));
+    const auto agreed = vote({false, {}, key_set_hash(names), static_cast<bool>(clock_now_)});
+    check_key_sets(comm(), size(), names, agreed.key_hashes);
+    if (agreed.clocks) {
+      // A rank whose profiler stamps nothing still answers on a clock: steady_clock.
+      const std::function<std::int64_t()> steady = [] {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch()).count();
+      };
+      clocks_ = exchange_clock_offsets(comm(), rank(), size(), clock_now_ ? clock_now_ : steady, opt.clock);
+    }
     names_ = std::move(names);
     opt_ = std::move(opt);
     if (!opt_.on_report) opt_.on_report = [](const job_profile& j) {
@@ -376,6 +404,7 @@ class job {
     latest_.ranks.assign(n, {});
     latest_.heard.assign(n, false);
     latest_.errors.assign(n, {});
+    latest_.clocks = clocks_.ranks;
     final_ = latest_;
     {
       std::lock_guard mpi(mpi_m_);
@@ -626,6 +655,8 @@ class job {
   runtime rt_;
   std::vector<std::string> names_;
   std::function<profile_snapshot()> snap_;
+  std::function<std::int64_t()> clock_now_;  // the profiler's clock in ns, when it stamps items
+  clock_offsets clocks_;                      // written by start() before the progress thread, then read-only
   job_options opt_;
   std::thread thread_;
   bool finished_ = false;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dflash/mpi/clock_estimate.hpp"
 #include "dflash/profile/histogram.hpp"
 #include "dflash/profile/report.hpp"
 #include "dflash/profile/stats.hpp"
@@ -75,6 +76,15 @@ struct job_profile {
   std::vector<profile_snapshot> ranks;
   std::vector<bool> heard;  // a snapshot arrived from this rank
   std::vector<std::string> errors;  // per rank; empty = ok
+  /// Per rank: its profiler clock against rank 0's (clock_offset.hpp); empty
+  /// when no rank's profiler stamps items.
+  std::vector<clock_estimate> clocks;
+
+  /// Some rank's clock offset could not be estimated: the age rows of items
+  /// that crossed ranks compare unaligned clocks.
+  [[nodiscard]] bool clocks_estimated() const {
+    return std::any_of(clocks.begin(), clocks.end(), [](const clock_estimate& c) { return !c.ok; });
+  }
 
   /// Statistics of all ranks merged per key (counts and totals add up, min/max
   /// over ranks, histograms add); the window is the longest rank's.
@@ -122,6 +132,19 @@ struct job_profile {
 };
 
 namespace detail {
+/// A row measured from flow stamps: an age or an end-to-end time (pipeline/stage.hpp names them).
+inline bool is_age_row(std::string_view name) {
+  for (std::string_view s : {".age", ".e2e", ".age_gpu_end"})
+    if (name.size() >= s.size() && name.substr(name.size() - s.size()) == s) return true;
+  return false;
+}
+/// "+12.3 us ± 0.4 us": an offset and its bound, signed, in µs.
+inline std::string offset_text(const clock_estimate& c) {
+  char b[96];
+  std::snprintf(b, sizeof b, "%+.1f us ± %.1f us", static_cast<double>(c.offset_ns) / 1e3,
+                static_cast<double>(c.error_ns) / 1e3);
+  return b;
+}
 inline std::string rank_label(long r) {  // "r<r>" (snprintf: GCC 12 -Wrestrict trips on "r" + to_string)
   char b[24];
   std::snprintf(b, sizeof b, "r%ld", r);
@@ -142,8 +165,11 @@ inline std::string format_job_table(const job_profile& j) {
   const profile_snapshot m = j.merged();
   const std::size_t n = j.ranks.size();
   const bool per_rank = n <= job_table_rank_columns;
+  // Ages that compare clocks whose offset is unknown are marked "~" (see the note below the table).
+  const bool estimated = j.clocks_estimated();
+  auto row_name = [&](const std::string& name) { return estimated && detail::is_age_row(name) ? name + "~" : name; };
   std::size_t w = 5;
-  for (const auto& k : m.keys) w = std::max(w, k.name.size());
+  for (const auto& k : m.keys) w = std::max(w, row_name(k.name).size());
   const int wi = static_cast<int>(w);
   std::string out;
   append_fmt(out, "job profile: %zu ranks, longest window %.3f s (mean per call over ranks; r<i> = rank i)\n", n,
@@ -156,11 +182,11 @@ inline std::string format_job_table(const job_profile& j) {
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
     const key_stats& k = m.keys[i];
     if (k.count == 0) {
-      append_fmt(out, "%-*s %10d %11s %11s %11s %11s %11s | %11s %11s %11s %7s", wi, k.name.c_str(), 0, "-", "-", "-",
+      append_fmt(out, "%-*s %10d %11s %11s %11s %11s %11s | %11s %11s %11s %7s", wi, row_name(k.name).c_str(), 0, "-", "-", "-",
                  "-", "-", "-", "-", "-", "-");
     } else {
       const auto s = j.spread_of(i);
-      append_fmt(out, "%-*s %10llu %11s %11s %11s %11s %11s | %11s %11s %11s %7s", wi, k.name.c_str(),
+      append_fmt(out, "%-*s %10llu %11s %11s %11s %11s %11s | %11s %11s %11s %7s", wi, row_name(k.name).c_str(),
                  static_cast<unsigned long long>(k.count), dur(static_cast<double>(k.total_ns)).c_str(),
                  dur(k.mean_ns()).c_str(), dur(static_cast<double>(k.p50_ns())).c_str(),
                  dur(static_cast<double>(k.p99_ns())).c_str(), dur(static_cast<double>(k.max_ns)).c_str(),
@@ -175,6 +201,16 @@ inline std::string format_job_table(const job_profile& j) {
     out += '\n';
   }
   out += "* p50/p99 have histogram-bucket resolution (within 6.25 %); the rest is exact\n";
+  for (std::size_t r = 1; r < j.clocks.size(); ++r) {
+    const clock_estimate& c = j.clocks[r];
+    if (c.ok) append_fmt(out, "rank %zu: clock offset to rank 0: %s\n", r, detail::offset_text(c).c_str());
+    else
+      append_fmt(out, "rank %zu: clock offset to rank 0 could not be estimated: %s (best guess %s)\n", r,
+                 c.why.c_str(), detail::offset_text(c).c_str());
+  }
+  if (estimated)
+    out += "~ estimated: a clock offset could not be estimated, so the ages of items that crossed ranks (stages "
+           "after a net_link) compare clocks that may not be aligned\n";
   for (std::size_t r = 0; r < n; ++r) {
     if (r < j.heard.size() && !j.heard[r]) append_fmt(out, "rank %zu: no profile received yet\n", r);
     if (r < j.errors.size() && !j.errors[r].empty())
@@ -186,10 +222,13 @@ inline std::string format_job_table(const job_profile& j) {
 /// {"ranks":N,"merged":<format_json of merged()>,"keys":[{"name":..,
 ///  "rank_min_mean_ns":..,"rank_median_mean_ns":..,"rank_max_mean_ns":..,
 ///  "slowest_rank":..,"per_rank":[{"count":..,"total_ns":..,"mean_ns":..},..]},..],
+///  "estimated":true when an age row compares clocks not aligned (a failed offset estimate)},..],
+///  "clocks":[{"rank":..,"offset_ns":..,"error_ns":..,"ok":..,"why":..},..] (empty without flow stamps),
 ///  "errors":[{"rank":..,"what":..},..]}
 inline std::string format_job_json(const job_profile& j) {
   using dflash::detail::append_fmt;
   const profile_snapshot m = j.merged();
+  const bool estimated = j.clocks_estimated();
   std::string out;
   append_fmt(out, "{\"ranks\":%zu,\"merged\":", j.ranks.size());
   out += format_json(m);
@@ -201,6 +240,7 @@ inline std::string format_job_json(const job_profile& j) {
     dflash::detail::append_json_string(out, m.keys[i].name);
     append_fmt(out, ",\"rank_min_mean_ns\":%.3f,\"rank_median_mean_ns\":%.3f,\"rank_max_mean_ns\":%.3f,\"slowest_rank\":%d",
                s.min_mean_ns, s.median_mean_ns, s.max_mean_ns, s.slowest_rank);
+    if (estimated && detail::is_age_row(m.keys[i].name)) out += ",\"estimated\":true";
     out += ",\"per_rank\":[";
     for (std::size_t r = 0; r < j.ranks.size(); ++r) {
       if (r) out += ',';
@@ -210,6 +250,14 @@ inline std::string format_job_json(const job_profile& j) {
                  static_cast<unsigned long long>(k.total_ns), k.mean_ns());
     }
     out += "]}";
+  }
+  out += "],\"clocks\":[";
+  for (std::size_t r = 0; r < j.clocks.size(); ++r) {
+    const clock_estimate& c = j.clocks[r];
+    append_fmt(out, "%s{\"rank\":%zu,\"offset_ns\":%lld,\"error_ns\":%lld,\"ok\":%s,\"why\":", r ? "," : "", r,
+               static_cast<long long>(c.offset_ns), static_cast<long long>(c.error_ns), c.ok ? "true" : "false");
+    dflash::detail::append_json_string(out, c.why);
+    out += '}';
   }
   out += "],\"errors\":[";
   bool first = true;

@@ -46,28 +46,39 @@ struct start_vote {
   bool leaving = false;      ///< this rank's job goes before start()
   std::string reason;        ///< why, when leaving
   std::uint64_t key_hash = 0;  ///< key_set_hash of its profiler, when starting
+  bool clocks = false;         ///< its profiler stamps items: the job estimates clock offsets
 };
 
-/// Collective (see the file comment). Returns every rank's key-set hash when
-/// all start; returns empty on a leaving rank; throws on a starting rank when
-/// any rank leaves.
-inline std::vector<std::uint64_t> agree_to_start(MPI_Comm comm, int size, const start_vote& v) {
+/// What every starting rank learns from start()'s collective.
+struct start_agreement {
+  std::vector<std::uint64_t> key_hashes;  ///< per rank
+  bool clocks = false;                    ///< some rank's profiler stamps items (clock_offset.hpp)
+};
+
+/// Collective (see the file comment). Returns every rank's key-set hash (and
+/// whether any rank's profiler stamps items) when all start; returns empty on
+/// a leaving rank; throws on a starting rank when any rank leaves.
+inline start_agreement agree_to_start(MPI_Comm comm, int size, const start_vote& v) {
+  constexpr std::size_t words = 3;
   const auto n = static_cast<std::size_t>(size);
-  const std::uint64_t mine[2] = {v.leaving ? 1u : 0u, v.leaving ? 0u : v.key_hash};
-  std::vector<std::uint64_t> all(2 * n);
-  check(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm), "MPI_Allgather");
+  const std::uint64_t mine[words] = {v.leaving ? 1u : 0u, v.leaving ? 0u : v.key_hash, v.clocks ? 1u : 0u};
+  std::vector<std::uint64_t> all(words * n);
+  check(MPI_Allgather(mine, static_cast<int>(words), MPI_UINT64_T, all.data(), static_cast<int>(words), MPI_UINT64_T, comm),
+        "MPI_Allgather");
   bool any = false;
-  std::vector<std::uint64_t> hashes(n);
+  start_agreement a;
+  a.key_hashes.resize(n);
   for (std::size_t r = 0; r < n; ++r) {
-    any |= all[2 * r] != 0;
-    hashes[r] = all[2 * r + 1];
+    any |= all[words * r] != 0;
+    a.key_hashes[r] = all[words * r + 1];
+    a.clocks |= all[words * r + 2] != 0;
   }
-  if (!any) return hashes;
+  if (!any) return a;
   const auto why = gather_strings(comm, size, v.leaving ? v.reason : std::string());
   if (v.leaving) return {};
   std::string msg = "dflash::mpi::job::start(): the job cannot start:";
   for (std::size_t r = 0; r < n; ++r)
-    if (all[2 * r] != 0) msg += " rank " + std::to_string(r) + " left before start(): " + why[r] + ".";
+    if (all[words * r] != 0) msg += " rank " + std::to_string(r) + " left before start(): " + why[r] + ".";
   throw std::runtime_error(msg);
 }
 

@@ -166,7 +166,7 @@ class link_core final : public channel {
   }
 
   template <class P>
-  std::optional<T> receive(const P& prof) {
+  std::optional<T> receive(const P& prof, int* from) {
     if (!consumer_) throw std::logic_error("dflash::mpi::mpi_link::receive: this rank is not a consumer of the link");
     std::unique_lock lk(m_);
     if (inbox_.empty() && !closed_ && !stopped_) {
@@ -184,6 +184,7 @@ class link_core final : public channel {
     ++stats_.received;
     ++stats_.taken_from[r];
     lk.unlock();
+    if (from) *from = src;
     if (credits_go && !drive()) job_.wake();
     return std::move(item);
   }
@@ -756,11 +757,12 @@ class mpi_link {
   void close() { core_->close(); }
 
   /// Consumer side: the next item, or empty once every producer finished and
-  /// everything arrived. Blocks as "<Name>.pop_wait"; throws pipeline_stop
-  /// when the job stopped.
+  /// everything arrived; `from` (if given) gets the producer rank it came
+  /// from. Blocks as "<Name>.pop_wait"; throws pipeline_stop when the job
+  /// stopped.
   template <class P>
-  std::optional<T> receive(const P& prof) {
-    return core_->receive(prof);
+  std::optional<T> receive(const P& prof, int* from = nullptr) {
+    return core_->receive(prof, from);
   }
 
   /// Consumer side: a consumed item back (at most Depth are kept); the next

@@ -22,9 +22,10 @@
 // "<Name>.pop_wait" as a queue_link does. Items: trivially copyable, or
 // described by mpi::wire<T> (wire.hpp); a device stage's output crosses once
 // its work completed (the pipeline waits for it before the hand-over). A
-// profiled pipeline's flow stamp crosses with the item (an envelope, below):
-// the age at the far side is on the receiving rank's clock, so ranks on
-// different machines may count items under "<stage>.age_clock_backwards".
+// profiled pipeline's flow stamp crosses with the item (an envelope, below)
+// and is converted where it arrives from its producer rank's clock to this
+// rank's, with the offsets job::start() estimated (clock_offset.hpp), so the
+// ages after the link are ages even when the ranks' clocks disagree.
 
 #include <cstddef>
 #include <memory>
@@ -63,18 +64,26 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
   class endpoint {
    public:
     endpoint(job& j, std::vector<int> producers, std::vector<int> consumers, const P& prof)
-        : link_(j, std::move(producers), std::move(consumers)), prof_(prof) {}
+        : job_(j), link_(j, std::move(producers), std::move(consumers)), prof_(prof) {}
     /// Blocks for a credit, then hands the item to the job's progress thread.
     bool push(Item&& x) {
       link_.send(std::move(x), prof_);
       return true;
     }
-    /// The next item from any producer rank; empty once every producer rank finished.
-    std::optional<Item> pop() { return link_.receive(prof_); }
+    /// The next item from any producer rank; empty once every producer rank
+    /// finished. Its flow stamp, if it has one, on this rank's clock.
+    std::optional<Item> pop() {
+      int from = -1;
+      auto x = link_.receive(prof_, &from);
+      if constexpr (requires { x->seq.born_ns; })
+        if (x) x->seq.born_ns = job_.to_local_clock(x->seq.born_ns, from);
+      return x;
+    }
     [[nodiscard]] link_stats stats() const { return link_.stats(); }
 
    private:
     friend struct net_link;
+    job& job_;
     mpi_link<Item, Name, Depth> link_;
     const P& prof_;
   };

@@ -125,7 +125,8 @@ template <class Core>
 struct flow_keys_check {
   static_assert(!Core::flow || Core::flow_keys_listed,
                 "dflash::Pipeline: this profiler follows every item (it times with a clock, pipeline/item.hpp) and "
-                "records '<stage>.age', '<stage>.age_clock_backwards' and '<sink>.e2e', which its key set lacks: "
+                "records '<stage>.age', '<stage>.age_clock_backwards', '<device stage>.age_gpu_end' and '<sink>.e2e', "
+                "which its key set lacks: "
                 "build its keys with dflash::pipeline_keys<...>, or opt out of flow tracking with a policy that "
                 "declares `static constexpr bool flow = false;`");
   static constexpr bool value = true;

@@ -76,7 +76,9 @@ class pipeline_core {
   /// The policy's keys list every flow row (pipeline_keys does; a hand-made key set may not).
   static constexpr bool flow_keys_listed = []<std::size_t... I>(std::index_sequence<I...>) {
     return ((I == 0 || (P::keys::contains(stage_age_key<stage_type<I>::name>::name()) &&
-                        P::keys::contains(stage_age_clock_backwards_key<stage_type<I>::name>::name()))) &&
+                        P::keys::contains(stage_age_clock_backwards_key<stage_type<I>::name>::name()) &&
+                        (!topo::template device_stage<I> ||
+                         P::keys::contains(stage_age_gpu_end_key<stage_type<I>::name>::name())))) &&
             ...) &&
            P::keys::contains(stage_e2e_key<stage_type<stage_count - 1>::name>::name());
   }(std::make_index_sequence<stage_count>{});
@@ -216,6 +218,14 @@ class pipeline_core {
       if constexpr (I + 1 == stage_count) since_born<stage_e2e_key<stage_type<I>::name>, I>(t);
     }
   }
+  /// The device work of stage I (I > 0) on the item born at `born_ns` ended
+  /// at `end_ns` (both on the profiler's clock): "<stage>.age_gpu_end".
+  template <std::size_t I>
+  void flow_gpu_end(std::int64_t born_ns, std::int64_t end_ns) const
+    requires flow
+  {
+    age_at<stage_age_gpu_end_key<stage_type<I>::name>, I>(born_ns, end_ns);
+  }
   /// The stamp beside slot `slot` of device link L (flow only).
   [[nodiscard]] flow_stamp& slot_stamp(std::size_t l, std::size_t slot) noexcept
     requires(flow && topo::has_device_links)
@@ -274,11 +284,14 @@ class pipeline_core {
   // huge unsigned one; clamping it to 0 would hide that the clocks disagree).
   template <class K, std::size_t I>
   void since_born(const flow_stamp& t) const {
-    const std::int64_t now = now_ns();
-    if (now < t.born_ns)
+    age_at<K, I>(t.born_ns, now_ns());
+  }
+  template <class K, std::size_t I>
+  void age_at(std::int64_t born_ns, std::int64_t at_ns) const {
+    if (at_ns < born_ns)
       prof().add(stage_age_clock_backwards_key<stage_type<I>::name>{}, std::chrono::nanoseconds{0});
     else
-      prof().add(K{}, std::chrono::nanoseconds{now - t.born_ns});
+      prof().add(K{}, std::chrono::nanoseconds{at_ns - born_ns});
   }
 
  public:

@@ -136,6 +136,10 @@ template <fixed_string Name>
 using stage_age_clock_backwards_key = key_t<name_cat<Name, ".age_clock_backwards">>;
 template <fixed_string Name>
 using stage_age_keys_t = key_set<name_cat<Name, ".age">, name_cat<Name, ".age_clock_backwards">>;
+/// A device stage's flow row: how old an item is when the stage's device work
+/// on it ends (from the events the stage records for "<stage>.gpu").
+template <fixed_string Name>
+using stage_age_gpu_end_key = key_t<name_cat<Name, ".age_gpu_end">>;
 /// The sink's source-to-end-of-call time per item.
 template <fixed_string Name>
 using stage_e2e_key = key_t<name_cat<Name, ".e2e">>;

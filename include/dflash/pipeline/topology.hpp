@@ -139,8 +139,8 @@ std::size_t parallel_stage_of(const Shape& s) noexcept {
 }
 
 /// Every key the pipeline of topology T records (its stages' wait / work / gpu
-/// and own keys, the flow rows age / age_clock_backwards / e2e, its links'
-/// keys); independent of the profiler. Apart from
+/// and own keys, the flow rows age / age_clock_backwards / age_gpu_end / e2e,
+/// its links' keys); independent of the profiler. Apart from
 /// topology so that naming a topology never reads a stage's name (checks.hpp
 /// reports a missing one first).
 template <class T>
@@ -154,16 +154,26 @@ struct topology_keys {
     else return std::type_identity<stage_keys_t<S>>{};
   }
   // Flow rows (recorded by policies that stamp items, item.hpp): every stage
-  // after the source an age, the sink the end-to-end time.
+  // after the source an age (a device stage also the age when its device
+  // work ended), the sink the end-to-end time.
+  template <std::size_t I>
+  static auto age_keys_of_stage() {
+    using S = typename T::template stage_type<I>;
+    if constexpr (T::template device_stage<I>)
+      return std::type_identity<key_set_cat_t<stage_age_keys_t<S::name>, key_set<name_cat<S::name, ".age_gpu_end">>>>{};
+    else return std::type_identity<stage_age_keys_t<S::name>>{};
+  }
+  template <std::size_t I>
+  using stage_age_rows = typename decltype(age_keys_of_stage<I>())::type;
   template <std::size_t I>
   static auto flow_keys_of_stage() {
     using S = typename T::template stage_type<I>;
     if constexpr (I == 0) return std::type_identity<stage_all_keys_base<I>>{};
     else if constexpr (I + 1 < T::stage_count)
-      return std::type_identity<key_set_cat_t<stage_all_keys_base<I>, stage_age_keys_t<S::name>>>{};
+      return std::type_identity<key_set_cat_t<stage_all_keys_base<I>, stage_age_rows<I>>>{};
     else
       return std::type_identity<key_set_cat_t<stage_all_keys_base<I>,
-                                              key_set_cat_t<stage_age_keys_t<S::name>, key_set<name_cat<S::name, ".e2e">>>>>{};
+                                              key_set_cat_t<stage_age_rows<I>, key_set<name_cat<S::name, ".e2e">>>>>{};
   }
   template <std::size_t I>
   using stage_all_keys_base = typename decltype(keys_of_stage<I>())::type;

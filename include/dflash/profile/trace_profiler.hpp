@@ -347,7 +347,7 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
     std::array<bool, Keys::size> r{};
     for (std::size_t i = 0; i < Keys::size; ++i)
       r[i] = ends_with(Keys::names[i], ".age") || ends_with(Keys::names[i], ".e2e") ||
-             ends_with(Keys::names[i], ".age_clock_backwards");
+             ends_with(Keys::names[i], ".age_clock_backwards") || ends_with(Keys::names[i], ".age_gpu_end");
     return r;
   }();
 

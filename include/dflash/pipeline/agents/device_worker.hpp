@@ -5,7 +5,9 @@
 // the call, so the host never waits for the device per item — only once at
 // exit (in-flight work completes before the worker reports done). With a
 // stateful policy it also records "<stage>.gpu", the device time of the work
-// per item (gpu_timer); with NullProfiler no timing event exists. Flow
+// per item (gpu_timer), and when it follows items (a stage after the source)
+// "<stage>.age_gpu_end", the item's age when that work ended; with
+// NullProfiler no timing event exists. Flow
 // stamps (item.hpp) cross device links beside the slot (pipeline_core's
 // slot_stamp), never inside the user's device item.
 //
@@ -18,6 +20,7 @@
 //   link    -> sink   void operator()(In& slot, DS)
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -49,6 +52,18 @@ void device_worker(Core& c, std::size_t w) noexcept {
   const int dev = c.device(I, w);
   const device_stream<B> ds(b, native, dev);
   std::optional<gpu_timer<B>> timer;
+  // flow: the age of each item when its device work ended (a source's items are born after it)
+  constexpr bool follow_gpu_end = Core::flow && I > 0;
+  auto resolve = [&] {
+    if constexpr (follow_gpu_end)
+      timer->resolve(prof, gpu_key{}, [&](std::int64_t born, std::int64_t end) { c.template flow_gpu_end<I>(born, end); });
+    else if constexpr (P::enabled)
+      timer->resolve(prof, gpu_key{});
+  };
+  auto now_ns = [] {
+    if constexpr (Core::flow) return Core::now_ns();
+    else return std::int64_t{0};
+  };
   // The stage's output held by value (char stands in for a sink's void).
   // Outside the loop and the try: work enqueued by the call may still write
   // it, so on an exception or a closed link it is freed only after the
@@ -62,6 +77,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
     // (slot events, timers, the stage's buffers) belong to it.
     if constexpr (MultiDeviceBackend<B>) b.set_device(dev);
     if constexpr (P::enabled) timer.emplace(b);
+    if constexpr (follow_gpu_end) timer->anchor(native, now_ns);  // the stream is new: nothing in flight
     for (;;) {
       if constexpr (I == 0) {
         if (c.cancelled() || c.draining()) break;
@@ -108,7 +124,8 @@ void device_worker(Core& c, std::size_t w) noexcept {
       if constexpr (I == 0) more = static_cast<bool>(call());
       else if constexpr (!out_slot && I + 1 < T::stage_count) y.emplace(call());
       else call();
-      if constexpr (P::enabled) timer->stop(native);
+      if constexpr (follow_gpu_end) timer->stop(native, tag.born_ns);
+      else if constexpr (P::enabled) timer->stop(native);
       // flow: a source's item is born as its call returns; the stamp goes beside the slot before publish
       if constexpr (I == 0) {
         if (more) tag = c.next_source_tag();
@@ -143,7 +160,11 @@ void device_worker(Core& c, std::size_t w) noexcept {
         if (!ok) break;
       }
       b.check(native);  // an asynchronous error so far: stop now, not at the end
-      if constexpr (P::enabled) timer->resolve(prof, gpu_key{});
+      resolve();
+      // flow: every timed item's work ended, and what was enqueued after it (hand-over
+      // records) completes at once: the stream is idle, so the anchor's poll is short
+      if constexpr (follow_gpu_end)
+        if (timer->anchor_due()) timer->anchor(native, now_ns);
     }
   } catch (const pipeline_stop&) {
     c.cancel();
@@ -155,7 +176,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
   try {
     b.synchronize(native);
     if constexpr (P::enabled)
-      if (timer) timer->resolve(prof, gpu_key{});
+      if (timer) resolve();
   } catch (const pipeline_stop&) {  // thrown inside enqueued work: a stop, as from the call
     c.cancel();
   } catch (...) {
