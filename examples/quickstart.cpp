@@ -1,4 +1,5 @@
-#include <dflash/dflash.hpp>
+#include <dflash/pipeline.hpp>  // stages, links, make_pipeline (the host core: no CCCL)
+#include <dflash/profile.hpp>   // NullProfiler, AccumulatingProfiler
 #include <cstdio>
 #include <optional>
 

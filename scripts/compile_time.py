@@ -6,7 +6,8 @@ Subjects, each one g++ -std=c++20 -O2 -c of one TU (no ccache, output discarded)
             the TU (NullProfiler and AccumulatingProfiler), with the host-core headers
             <dflash/pipeline.hpp> + <dflash/profile.hpp>
   tbb       the same pipeline with tbb::parallel_pipeline (oneTBB, libtbb-dev), built once
-  quickstart  examples/quickstart.cpp as it is (the umbrella <dflash/dflash.hpp>: CCCL too)
+  quickstart  examples/quickstart.cpp as it is, with the includes it shows users (compiled with the
+              CCCL flags, so an umbrella include would be measured too)
 Rounds are interleaved (the order rotates each round); per round the ratios dflash/tbb and
 quickstart/tbb are taken, and the median and min..max over rounds reported. The time is the
 compiler's CPU time (user + sys of the child: less disturbed by other load than wall time);
@@ -134,7 +135,7 @@ def pipeline_vs_tbb(args):
         print(f"{name}: {' '.join(cmd)}")
     res = interleave(subjects, args.rounds)
     names = {"dflash": "dflash::Pipeline, <dflash/pipeline.hpp> + <dflash/profile.hpp> (Null + Accumulating)",
-             "quickstart": "examples/quickstart.cpp, <dflash/dflash.hpp> (Null + Accumulating)",
+             "quickstart": "examples/quickstart.cpp as it is (Null + Accumulating)",
              "tbb": "tbb::parallel_pipeline, <oneapi/tbb/parallel_pipeline.h>"}
     rows = []
     print(f"\n{args.cxx} -O2, one TU; CPU s (wall s), median [min .. max] over {args.rounds} interleaved rounds")

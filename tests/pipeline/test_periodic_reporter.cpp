@@ -41,6 +41,9 @@ TEST_CASE("negative or NaN interval is rejected; 0 means off", "[reporter]") {
                        Catch::Matchers::Predicate<std::invalid_argument>([](const std::invalid_argument& e) { return std::string(e.what()).find("interval must be >= 0 seconds") != std::string::npos; }));
   CHECK_THROWS_AS(fake_reporter(prof, std::chrono::duration<double>(std::nan("")), capture{&out}),
                   std::invalid_argument);
+  CHECK_THROWS_AS(fake_reporter(prof, std::chrono::duration<double>(std::numeric_limits<double>::infinity()),
+                                capture{&out}),
+                  std::invalid_argument);
   CHECK_THROWS_AS(fake_reporter(prof, 1s, fake_reporter::sink_type{}), std::invalid_argument);
   // Null reporters check their input too: the same flag fails the same way in every build.
   CHECK_THROWS_AS(dflash::periodic_reporter<dflash::NullProfiler>(dflash::NullProfiler{}, -1s, capture{&out}),

@@ -8,13 +8,16 @@
 //       segments and placement, before any thread or link exists
 //       (std::invalid_argument).
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "dflash/detail/capacity.hpp"
 #include "dflash/device/device_stream.hpp"
@@ -163,48 +166,76 @@ void check_segment(const Shape& s) {
   }
 }
 
+/// What checked_shape reads of a topology and a shape, as plain data: the
+/// checks below are one non-template function shared by every pipeline type,
+/// not a copy compiled per topology.
+struct shape_facts {
+  std::span<const std::size_t> workers, depths;
+  std::span<const std::vector<int>> ranks;  ///< per stage; empty = every process
+  int rank;
+  std::span<const bool> in_order;               ///< per stage
+  std::span<const std::string_view> link_names;  ///< per link
+  std::span<const bool> crosses_processes;      ///< per link
+};
+
+/// Stage i of `f` runs in this process (pipeline_shape::here over plain data).
+inline bool runs_here(const shape_facts& f, std::size_t i) noexcept {
+  const auto& r = f.ranks[i];
+  return r.empty() || std::find(r.begin(), r.end(), f.rank) != r.end();
+}
+
+/// Workers, depths and placement of any topology; std::invalid_argument with the fix otherwise.
+inline void check_shape_facts(const shape_facts& f) {
+  const auto n = [](std::size_t v) { return std::to_string(v); };
+  for (std::size_t i = 0; i < f.workers.size(); ++i)
+    if (f.workers[i] == 0)
+      throw std::invalid_argument("dflash::Pipeline: stage " + n(i) + " needs at least one worker (got 0)");
+  for (std::size_t i = 0; i < f.workers.size(); ++i)
+    if (f.in_order[i] && f.workers[i] != 1)
+      throw std::invalid_argument("dflash::Pipeline: stage " + n(i) + " is in_order and runs on exactly one worker (got " +
+                                  n(f.workers[i]) + ")");
+  for (std::size_t i = 0; i < f.depths.size(); ++i) {
+    const auto link = "dflash::Pipeline: link " + n(i) + " ('" + std::string(f.link_names[i]) + "')";
+    if (f.depths[i] == 0) throw std::invalid_argument(link + " needs a depth of at least 1 (got 0)");
+    // One limit for every link kind, whatever it allocates (a direct link's window allocates nothing).
+    if (f.depths[i] > max_ring_capacity)
+      throw std::invalid_argument(link + " needs a depth of at most 2^61 (got " + n(f.depths[i]) + ")");
+  }
+}
+
+/// Placement: a link between this process and another must be able to cross, and some stage must run here.
+inline void check_placement_facts(const shape_facts& f) {
+  const auto n = [](std::size_t v) { return std::to_string(v); };
+  for (std::size_t l = 0; l < f.depths.size(); ++l)
+    if (runs_here(f, l) != runs_here(f, l + 1) && !f.crosses_processes[l])
+      throw std::invalid_argument(
+          "dflash::Pipeline: stages " + n(l) + " and " + n(l + 1) + " run in different processes (shape.ranks), but link " +
+          n(l) + " ('" + std::string(f.link_names[l]) +
+          "') cannot cross processes: make it a dflash::mpi::net_link, or place both stages on the same ranks");
+  bool any = false;
+  for (std::size_t i = 0; i < f.workers.size(); ++i) any = any || runs_here(f, i);
+  if (!any)
+    throw std::invalid_argument("dflash::Pipeline: no stage runs in this process (rank " + std::to_string(f.rank) +
+                                " is in none of shape.ranks)");
+}
+
 /// The shape, if every size and the placement make sense for topology T; std::invalid_argument otherwise.
 template <class T, class Shape>
 Shape checked_shape(const Shape& s) {
-  for (std::size_t i = 0; i < T::stage_count; ++i)
-    if (s.workers[i] == 0)
-      throw std::invalid_argument("dflash::Pipeline: stage " + std::to_string(i) + " needs at least one worker (got 0)");
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (((T::template in_order_at<I> && s.workers[I] != 1)
-          ? throw std::invalid_argument("dflash::Pipeline: stage " + std::to_string(I) +
-                                        " is in_order and runs on exactly one worker (got " +
-                                        std::to_string(s.workers[I]) + ")")
-          : void()),
-     ...);
+  static constexpr auto in_order = []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<bool, T::stage_count>{T::template in_order_at<I>...};
   }(std::make_index_sequence<T::stage_count>{});
-  const auto names = []<std::size_t... L>(std::index_sequence<L...>) {
+  static constexpr auto names = []<std::size_t... L>(std::index_sequence<L...>) {
     return std::array<std::string_view, T::link_count>{T::template link_kind<L>::name.view()...};
   }(std::make_index_sequence<T::link_count>{});
-  for (std::size_t i = 0; i < T::link_count; ++i) {
-    const auto link = "dflash::Pipeline: link " + std::to_string(i) + " ('" + std::string(names[i]) + "')";
-    if (s.depths[i] == 0) throw std::invalid_argument(link + " needs a depth of at least 1 (got 0)");
-    // One limit for every link kind, whatever it allocates (a direct link's window allocates nothing).
-    if (s.depths[i] > max_ring_capacity)
-      throw std::invalid_argument(link + " needs a depth of at most 2^61 (got " + std::to_string(s.depths[i]) + ")");
-  }
+  static constexpr auto crosses = []<std::size_t... L>(std::index_sequence<L...>) {
+    return std::array<bool, T::link_count>{bool(T::template link_kind<L>::crosses_processes)...};
+  }(std::make_index_sequence<T::link_count>{});
+  const shape_facts f{s.workers, s.depths, s.ranks, s.rank, in_order, names, crosses};
+  check_shape_facts(f);
   [&]<std::size_t... I>(std::index_sequence<I...>) { (check_segment<T, I>(s), ...); }(
       std::make_index_sequence<T::stage_count>{});
-  // Placement: a link between this process and another must be able to cross.
-  [&]<std::size_t... L>(std::index_sequence<L...>) {
-    (((s.here(L) != s.here(L + 1) && !T::template link_kind<L>::crosses_processes)
-          ? throw std::invalid_argument(
-                "dflash::Pipeline: stages " + std::to_string(L) + " and " + std::to_string(L + 1) +
-                " run in different processes (shape.ranks), but link " + std::to_string(L) + " ('" +
-                std::string(T::template link_kind<L>::name.view()) +
-                "') cannot cross processes: make it a dflash::mpi::net_link, or place both stages on the same ranks")
-          : void()),
-     ...);
-  }(std::make_index_sequence<T::link_count>{});
-  bool any = false;
-  for (std::size_t i = 0; i < T::stage_count; ++i) any = any || s.here(i);
-  if (!any)
-    throw std::invalid_argument("dflash::Pipeline: no stage runs in this process (rank " + std::to_string(s.rank) +
-                                " is in none of shape.ranks)");
+  check_placement_facts(f);
   return s;
 }
 

@@ -108,8 +108,14 @@ class pipeline_core {
   template <std::size_t I>
   using order_value = std::conditional_t<std::is_void_v<typename stage_type<I>::input_type>, char,
                                          typename stage_type<I>::input_type>;
+  // A reorder buffer only where a stage is in_order: the others hold an empty
+  // placeholder, so a build compiles no buffer (a std::map) it never uses.
+  struct no_reorder {};
+  template <std::size_t I>
+  using order_type =
+      std::conditional_t<topo::template in_order_at<I>, reorder_buffer<order_value<I>, tag_type>, no_reorder>;
   template <std::size_t... I>
-  static auto orders_of(std::index_sequence<I...>) -> std::tuple<reorder_buffer<order_value<I>, tag_type>...>;
+  static auto orders_of(std::index_sequence<I...>) -> std::tuple<order_type<I>...>;
 
   // Device state: owned only by pipelines with device links.
   struct device_state_none {};

@@ -1,23 +1,31 @@
 #pragma once
 // The reorder buffer of an in_order stage: items that arrive before the one
-// due next wait here, keyed by source sequence number, and the call that
+// due next wait here, by source sequence number, and the call that
 // brings the item due next also delivers the parked ones that follow it
 // (oneTBB's serial_in_order tokens). One caller at a time: the stage's one
 // worker, or the holder of its direct segment's `post` lock. Tag is what
 // follows the item (item.hpp): its sequence number, or its flow_stamp, which
 // waits beside a parked item.
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
-#include <type_traits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "dflash/pipeline/item.hpp"
 
 namespace dflash::detail {
+
+/// The error of an item whose sequence number was already delivered or parked.
+[[noreturn]] inline void throw_seen_twice(std::string_view stage, std::uint64_t seq) {
+  throw std::logic_error("dflash::Pipeline: in_order stage '" + std::string(stage) + "' received item #" +
+                         std::to_string(seq) + " twice");
+}
 
 template <class T, class Tag = std::uint64_t>
 class reorder_buffer {
@@ -32,34 +40,58 @@ class reorder_buffer {
   bool deliver(T&& x, const Tag& tag, std::string_view stage, Run&& run, Go&& go) {
     const std::uint64_t seq = seq_of(tag);
     if (seq != next_) {
-      const bool fresh = seq > next_ && [&] {
-        if constexpr (bare) return early_.emplace(seq, std::move(x)).second;
-        else return early_.emplace(seq, parked_item(std::move(x), tag)).second;
-      }();
-      if (!fresh)
-        throw std::logic_error("dflash::Pipeline: in_order stage '" + std::string(stage) + "' received item #" +
-                               std::to_string(seq) + " twice");
+      if (seq < next_) throw_seen_twice(stage, seq);
+      park(seq, std::move(x), tag, stage);
       return true;
     }
     ++next_;
     bool ok = run(std::move(x), tag);
-    while (ok && !early_.empty() && early_.begin()->first == next_ && go()) {
-      auto node = early_.extract(early_.begin());
+    while (ok && count_ != 0 && slot(next_).has_value() && go()) {
+      std::optional<parked_item>& s = slot(next_);
+      parked_item p = std::move(*s);
+      s.reset();
+      --count_;
       if constexpr (bare) {
-        ok = run(std::move(node.mapped()), next_++);
+        ok = run(std::move(p), next_++);
       } else {
         ++next_;
-        ok = run(std::move(node.mapped().first), node.mapped().second);
+        ok = run(std::move(p.first), p.second);
       }
     }
     return ok;
   }
   [[nodiscard]] bool due(std::uint64_t seq) const noexcept { return seq == next_; }
   [[nodiscard]] std::uint64_t next() const noexcept { return next_; }
-  [[nodiscard]] std::size_t parked() const noexcept { return early_.size(); }
+  [[nodiscard]] std::size_t parked() const noexcept { return count_; }
 
  private:
-  std::map<std::uint64_t, parked_item> early_;
+  // Parked items live in a ring indexed by sequence number: item s is in
+  // ring_[s % ring_.size()], and every parked number lies in
+  // [next_, next_ + ring_.size()), so no two share a slot. Lighter to compile
+  // than a std::map, and O(1) per item; it grows (doubling) to the widest gap
+  // seen between the item due and the latest arrival.
+  std::optional<parked_item>& slot(std::uint64_t seq) noexcept {
+    return ring_[static_cast<std::size_t>(seq % ring_.size())];
+  }
+  void park(std::uint64_t seq, T&& x, const Tag& tag, std::string_view stage) {
+    if (seq - next_ >= ring_.size()) grow(seq - next_ + 1);
+    std::optional<parked_item>& s = slot(seq);
+    if (s) throw_seen_twice(stage, seq);
+    if constexpr (bare) s.emplace(std::move(x));
+    else s.emplace(std::move(x), tag);
+    ++count_;
+  }
+  void grow(std::uint64_t need) {
+    std::size_t n = ring_.empty() ? 16 : 2 * ring_.size();
+    while (n < need) n *= 2;
+    std::vector<std::optional<parked_item>> bigger(n);
+    for (std::uint64_t seq = next_; seq < next_ + ring_.size(); ++seq)
+      if (auto& s = slot(seq)) bigger[static_cast<std::size_t>(seq % n)] = std::move(s);
+    ring_ = std::move(bigger);
+  }
+
+  std::vector<std::optional<parked_item>> ring_;
+  std::size_t count_ = 0;
   std::uint64_t next_ = 0;
 };
 

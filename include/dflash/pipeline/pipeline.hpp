@@ -233,24 +233,25 @@ class Pipeline {
     (core_.template set_live<I>(core_.template threads_of<I>()), ...);
     (launch_stage<I>(), ...);
   }
-  // The agent for stage I's worker shape, chosen by the links on either side.
+  // Stage I's agent, chosen by its links; a function pointer: one std::thread type for every stage and pipeline.
+  template <std::size_t I>
+  static void worker_main(void* self, std::size_t w) {
+    core_type& core = static_cast<Pipeline*>(self)->core_;
+    core.template name_worker<I>(w);
+    if constexpr (topo::template fused_out<I>()) {
+      detail::segment_worker<I>(core, w);
+      core.template worker_exit<I, topo::template segment_last<I>()>();
+    } else {
+      if constexpr (device_stage<I>) detail::device_worker<I>(core, w);
+      else detail::host_worker<I>(core, w);
+      core.template worker_exit<I>();
+    }
+  }
   template <std::size_t I>
   void launch_stage() {
-    if constexpr (!topo::template fused_in<I>()) {  // else it runs on its segment's threads
-      for (std::size_t w = 0; w < core_.template threads_of<I>(); ++w) {
-        threads_.emplace_back([this, w] {
-          core_.template name_worker<I>(w);
-          if constexpr (topo::template fused_out<I>()) {
-            detail::segment_worker<I>(core_, w);
-            core_.template worker_exit<I, topo::template segment_last<I>()>();
-          } else {
-            if constexpr (device_stage<I>) detail::device_worker<I>(core_, w);
-            else detail::host_worker<I>(core_, w);
-            core_.template worker_exit<I>();
-          }
-        });
-      }
-    }
+    if constexpr (!topo::template fused_in<I>())  // else it runs on its segment's threads
+      for (std::size_t w = 0; w < core_.template threads_of<I>(); ++w)
+        threads_.emplace_back(&worker_main<I>, static_cast<void*>(this), w);
   }
   void join_threads() {
     for (auto& t : threads_)

@@ -15,9 +15,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <ostream>
 #include <sstream>
@@ -50,7 +50,8 @@ inline std::string seconds_text(double s) {
   return os.str();
 }
 inline std::chrono::duration<double> checked_interval(std::chrono::duration<double> interval) {
-  if (!(interval.count() >= 0.0) || !std::isfinite(interval.count()))  // also rejects NaN and infinity
+  // Also rejects NaN (every comparison is false) and infinity, without <cmath>.
+  if (!(interval.count() >= 0.0 && interval.count() <= std::numeric_limits<double>::max()))
     throw std::invalid_argument("dflash::periodic_reporter: interval must be >= 0 seconds (0 = off) and finite, got " +
                                 seconds_text(interval.count()));
   return interval;

@@ -2,9 +2,11 @@
 // Human-readable table and JSON for a profile_snapshot.
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -16,18 +18,25 @@ enum class report_format { table, json };
 
 namespace detail {
 /// printf into `out`, however long the result (a fixed buffer cut long rows).
-inline void append_fmt(std::string& out, const char* fmt, auto... args) {
+/// A C variadic, not a template: every report row shares this one function
+/// instead of compiling a copy per argument list in every including TU.
+[[gnu::format(printf, 2, 3)]] inline void append_fmt(std::string& out, const char* fmt, ...) {
   char buf[256];
-  const int n = std::snprintf(buf, sizeof buf, fmt, args...);
-  if (n <= 0) return;
-  if (static_cast<std::size_t>(n) < sizeof buf) {
+  std::va_list args;
+  va_start(args, fmt);
+  std::va_list again;
+  va_copy(again, args);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  if (n > 0 && static_cast<std::size_t>(n) < sizeof buf) {
     out.append(buf, static_cast<std::size_t>(n));
-    return;
+  } else if (n > 0) {
+    const std::size_t at = out.size();
+    out.resize(at + static_cast<std::size_t>(n) + 1);
+    std::vsnprintf(out.data() + at, static_cast<std::size_t>(n) + 1, fmt, again);
+    out.resize(at + static_cast<std::size_t>(n));
   }
-  const std::size_t at = out.size();
-  out.resize(at + static_cast<std::size_t>(n) + 1);
-  std::snprintf(out.data() + at, static_cast<std::size_t>(n) + 1, fmt, args...);
-  out.resize(at + static_cast<std::size_t>(n));
+  va_end(again);
 }
 
 /// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlongs,
@@ -88,14 +97,23 @@ inline void append_json_string(std::string& out, std::string_view s) {
 }
 
 /// A duration with the unit that shows it: "250 ns", "12.500 us", "3.000 ms", "1.250 s".
-inline std::string human_duration(std::uint64_t ns) {
-  std::string out;
+/// Written into `buf` (24 bytes hold any uint64_t ns); returns buf.
+inline const char* human_duration(std::uint64_t ns, char (&buf)[24]) noexcept {
   const double v = static_cast<double>(ns);
-  if (ns < 1'000) append_fmt(out, "%llu ns", static_cast<unsigned long long>(ns));
-  else if (ns < 1'000'000) append_fmt(out, "%.3f us", v / 1e3);
-  else if (ns < 1'000'000'000) append_fmt(out, "%.3f ms", v / 1e6);
-  else append_fmt(out, "%.3f s", v / 1e9);
-  return out;
+  if (ns < 1'000) std::snprintf(buf, sizeof buf, "%llu ns", static_cast<unsigned long long>(ns));
+  else if (ns < 1'000'000) std::snprintf(buf, sizeof buf, "%.3f us", v / 1e3);
+  else if (ns < 1'000'000'000) std::snprintf(buf, sizeof buf, "%.3f ms", v / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3f s", v / 1e9);
+  return buf;
+}
+inline std::string human_duration(std::uint64_t ns) {
+  char buf[24];
+  return human_duration(ns, buf);
+}
+/// " <duration>" right-aligned in a column of `width`.
+inline void append_duration_cell(std::string& out, std::uint64_t ns, int width) {
+  char buf[24];
+  append_fmt(out, " %*s", width, human_duration(ns, buf));
 }
 }  // namespace detail
 
@@ -116,7 +134,6 @@ struct report_options {
 /// share can exceed 100 % (time summed over threads).
 inline std::string format_table(const profile_snapshot& s, const report_options& opt = {}) {
   using detail::append_fmt;
-  using detail::human_duration;
   std::size_t w = 5;
   for (const auto& k : s.keys)
     if (k.count || opt.show_unrecorded) w = std::max(w, k.name.size());
@@ -131,7 +148,7 @@ inline std::string format_table(const profile_snapshot& s, const report_options&
   for (const auto& k : s.keys) {
     if (k.count == 0) {
       if (!opt.show_unrecorded) {
-        if (hidden++ < 3) hidden_names += (hidden_names.empty() ? "" : ", ") + k.name;
+        if (hidden++ < 3) (hidden_names += hidden_names.empty() ? "" : ", ") += k.name;
         continue;
       }
       append_fmt(out, "%-*s %10d %11s %11s %11s %11s %11s %11s %7s\n", wi, k.name.c_str(), 0, "-", "-", "-", "-",
@@ -141,11 +158,11 @@ inline std::string format_table(const profile_snapshot& s, const report_options&
     const double share =
         s.window_ns ? 100.0 * static_cast<double>(k.total_ns) / static_cast<double>(s.window_ns) : 0.0;
     over_100 = over_100 || share > 100.0;
-    append_fmt(out, "%-*s %10llu %11s %11s %11s %11s %11s %11s %7.1f\n", wi, k.name.c_str(),
-               static_cast<unsigned long long>(k.count), human_duration(k.total_ns).c_str(),
-               human_duration(static_cast<std::uint64_t>(k.mean_ns() + 0.5)).c_str(),
-               human_duration(k.p50_ns()).c_str(), human_duration(k.p90_ns()).c_str(),
-               human_duration(k.p99_ns()).c_str(), human_duration(k.max_ns).c_str(), share);
+    append_fmt(out, "%-*s %10llu", wi, k.name.c_str(), static_cast<unsigned long long>(k.count));
+    for (const std::uint64_t ns : {k.total_ns, static_cast<std::uint64_t>(k.mean_ns() + 0.5), k.p50_ns(), k.p90_ns(),
+                                   k.p99_ns(), k.max_ns})
+      detail::append_duration_cell(out, ns, 11);
+    append_fmt(out, " %7.1f\n", share);
   }
   out += "* p50/p90/p99 have histogram-bucket resolution (within 6.25 %); count, total, mean, max are exact\n";
   if (over_100)
