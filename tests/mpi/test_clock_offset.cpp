@@ -23,21 +23,14 @@
 #include <optional>
 #include <string>
 
+#include "rank_check.hpp"
 #include "watchdog.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-int g_rank = -1;
-int g_failures = 0;
-void check(bool ok, int line, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "rank %d: check failed at line %d: %s\n", g_rank, line, what);
-    ++g_failures;
-  }
-}
-#define CLOCK_CHECK(cond) check(static_cast<bool>(cond), __LINE__, #cond)
+using dflash_test::failures;
 
 // steady_clock (one clock for every process on this machine) shifted by this
 // rank's skew, so the true offset between two ranks is the skews' difference;
@@ -110,7 +103,7 @@ std::int64_t run_placed(dflash::mpi::job& job, const prof_of<Pipe>& prof) {
 const dflash::key_stats& row(const dflash::profile_snapshot& s, const char* name) {
   const auto* k = s.find(name);
   if (!k) {
-    std::fprintf(stderr, "rank %d: no row %s\n", g_rank, name);
+    std::fprintf(stderr, "rank %d: no row %s\n", dflash_test::this_rank, name);
     std::abort();
   }
   return *k;
@@ -118,8 +111,8 @@ const dflash::key_stats& row(const dflash::profile_snapshot& s, const char* name
 
 int skew(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
-  CLOCK_CHECK(job.size() == 3);
+  dflash_test::this_rank = job.rank();
+  RANK_CHECK(job.size() == 3);
   skewed_clock::skew_ns = skews_ns[job.rank()];
   prof_of<two_hops> prof;
   // 3 ranks on a shared 2-core machine: a round trip may wait for the scheduler (ms), so the
@@ -129,7 +122,7 @@ int skew(int argc, char** argv) {
   job.start(prof, opt);
   // every rank knows every rank's offset, each within its bound of the injected skew
   const auto& c = job.clocks();
-  CLOCK_CHECK(c.ranks.size() == 3);
+  RANK_CHECK(c.ranks.size() == 3);
   for (std::size_t r = 0; r < c.ranks.size(); ++r) {
     const auto& e = c.ranks[r];
     const std::int64_t miss = e.offset_ns - skews_ns[r];
@@ -138,94 +131,94 @@ int skew(int argc, char** argv) {
                   static_cast<double>(skews_ns[r]) / 1e3, static_cast<double>(e.offset_ns) / 1e3,
                   static_cast<double>(e.error_ns) / 1e3, static_cast<double>(miss) / 1e3, e.ok ? "" : ", failed: ",
                   e.why.c_str());
-    CLOCK_CHECK(e.ok);
-    CLOCK_CHECK(miss <= e.error_ns && -miss <= e.error_ns);
+    RANK_CHECK(e.ok);
+    RANK_CHECK(miss <= e.error_ns && -miss <= e.error_ns);
   }
   const std::int64_t got = run_placed<two_hops>(job, prof);
   const auto res = job.finish();
-  CLOCK_CHECK(res.ok);
+  RANK_CHECK(res.ok);
   const auto s = prof.snapshot();
   // each hop converts the stamp: the ages on ranks 1 and 2 are ages, not the skews
   const char* age = job.rank() == 1 ? "relay.age" : "sink.age";
   const char* backwards = job.rank() == 1 ? "relay.age_clock_backwards" : "sink.age_clock_backwards";
   if (job.rank() > 0) {
-    CLOCK_CHECK(row(s, age).count == items);
-    CLOCK_CHECK(row(s, age).max_ns < sane_age_ns);
-    CLOCK_CHECK(row(s, backwards).count == 0);
+    RANK_CHECK(row(s, age).count == items);
+    RANK_CHECK(row(s, age).max_ns < sane_age_ns);
+    RANK_CHECK(row(s, backwards).count == 0);
     std::printf("rank %d: %s max %.3f ms over %llu items\n", job.rank(), age, static_cast<double>(row(s, age).max_ns) / 1e6,
                 static_cast<unsigned long long>(row(s, age).count));
   }
   if (job.rank() == 2) {
-    CLOCK_CHECK(got == items);
-    CLOCK_CHECK(row(s, "sink.e2e").count == items);
-    CLOCK_CHECK(row(s, "sink.e2e").max_ns < sane_age_ns);
+    RANK_CHECK(got == items);
+    RANK_CHECK(row(s, "sink.e2e").count == items);
+    RANK_CHECK(row(s, "sink.e2e").max_ns < sane_age_ns);
   }
   if (job.rank() == 0) {
-    CLOCK_CHECK(res.profile && res.profile->clocks.size() == 3);
+    RANK_CHECK(res.profile && res.profile->clocks.size() == 3);
     const std::string t = dflash::mpi::format_job_table(*res.profile);
     std::fputs(t.c_str(), stdout);
     // (the values were checked above; here, that the table says them with their sign and bound)
-    CLOCK_CHECK(t.find("rank 1: clock offset to rank 0: +") != std::string::npos);
-    CLOCK_CHECK(t.find("rank 2: clock offset to rank 0: -") != std::string::npos);
-    CLOCK_CHECK(t.find(" us ± ") != std::string::npos);
-    CLOCK_CHECK(t.find("~ estimated") == std::string::npos);
-    CLOCK_CHECK(dflash::mpi::format_job_json(*res.profile).find("\"clocks\":[{\"rank\":0,") != std::string::npos);
+    RANK_CHECK(t.find("rank 1: clock offset to rank 0: +") != std::string::npos);
+    RANK_CHECK(t.find("rank 2: clock offset to rank 0: -") != std::string::npos);
+    RANK_CHECK(t.find(" us ± ") != std::string::npos);
+    RANK_CHECK(t.find("~ estimated") == std::string::npos);
+    RANK_CHECK(dflash::mpi::format_job_json(*res.profile).find("\"clocks\":[{\"rank\":0,") != std::string::npos);
   }
-  return g_failures == 0 ? 0 : 1;
+  return failures == 0 ? 0 : 1;
 }
 
 int broken(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
-  CLOCK_CHECK(job.size() == 2);
+  dflash_test::this_rank = job.rank();
+  RANK_CHECK(job.size() == 2);
   skewed_clock::skew_ns = job.rank() == 1 ? -10'000'000'000 : 0;
   skewed_clock::backwards = job.rank() == 1;
   prof_of<one_hop> prof;
   job.start(prof);
   skewed_clock::backwards = false;  // the pipeline's own timers run on a sane (if skewed) clock
   const auto& c = job.clocks();
-  CLOCK_CHECK(c.ranks.size() == 2);
-  CLOCK_CHECK(c.ranks[0].ok);
-  CLOCK_CHECK(!c.ranks[1].ok);
-  CLOCK_CHECK(c.ranks[1].why.find("backwards") != std::string::npos);
+  RANK_CHECK(c.ranks.size() == 2);
+  RANK_CHECK(c.ranks[0].ok);
+  RANK_CHECK(!c.ranks[1].ok);
+  RANK_CHECK(c.ranks[1].why.find("backwards") != std::string::npos);
   const std::int64_t got = run_placed<one_hop>(job, prof);
   const auto res = job.finish();
-  CLOCK_CHECK(res.ok);
+  RANK_CHECK(res.ok);
   const auto s = prof.snapshot();
   if (job.rank() == 1) {
-    CLOCK_CHECK(got == items);
+    RANK_CHECK(got == items);
     // no usable offset (the guess is 0) and this clock is 10 s behind: every item reads behind its
     // stamp and is counted as such (once for its age, once for its e2e), none gets an age (a
     // negative one would print as a huge number)
-    CLOCK_CHECK(row(s, "sink.age_clock_backwards").count == 2 * items);
-    CLOCK_CHECK(row(s, "sink.age").count == 0);
+    RANK_CHECK(row(s, "sink.age_clock_backwards").count == 2 * items);
+    RANK_CHECK(row(s, "sink.age").count == 0);
   }
   if (job.rank() == 0) {
-    CLOCK_CHECK(res.profile && res.profile->clocks.size() == 2);
+    RANK_CHECK(res.profile && res.profile->clocks.size() == 2);
     const std::string t = dflash::mpi::format_job_table(*res.profile);
     std::fputs(t.c_str(), stdout);
-    CLOCK_CHECK(t.find("rank 1: clock offset to rank 0 could not be estimated: a clock read backwards") !=
+    RANK_CHECK(t.find("rank 1: clock offset to rank 0 could not be estimated: a clock read backwards") !=
                 std::string::npos);
-    CLOCK_CHECK(t.find("\nsink.age~ ") != std::string::npos);
-    CLOCK_CHECK(t.find("\nsink.e2e~ ") != std::string::npos);
-    CLOCK_CHECK(t.find("\nsink.work ") != std::string::npos);  // not an age: unmarked
-    CLOCK_CHECK(t.find("~ estimated: a clock offset could not be estimated") != std::string::npos);
+    RANK_CHECK(t.find("\nsink.age~ ") != std::string::npos);
+    RANK_CHECK(t.find("\nsink.e2e~ ") != std::string::npos);
+    RANK_CHECK(t.find("\nsink.work ") != std::string::npos);  // not an age: unmarked
+    RANK_CHECK(t.find("~ estimated: a clock offset could not be estimated") != std::string::npos);
     const std::string js = dflash::mpi::format_job_json(*res.profile);
-    CLOCK_CHECK(js.find("\"name\":\"sink.age\",") != std::string::npos);
-    CLOCK_CHECK(js.find("\"estimated\":true") != std::string::npos);
-    CLOCK_CHECK(js.find("\"ok\":false") != std::string::npos);
+    RANK_CHECK(js.find("\"name\":\"sink.age\",") != std::string::npos);
+    RANK_CHECK(js.find("\"estimated\":true") != std::string::npos);
+    RANK_CHECK(js.find("\"ok\":false") != std::string::npos);
   }
-  return g_failures == 0 ? 0 : 1;
+  return failures == 0 ? 0 : 1;
 }
 
 int null_profiler(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   dflash::NullProfiler prof;
   job.start(prof);
-  CLOCK_CHECK(job.clocks().ranks.empty());  // nothing stamps items: no exchange was made
-  CLOCK_CHECK(job.finish().ok);
-  return g_failures == 0 ? 0 : 1;
+  RANK_CHECK(job.clocks().ranks.empty());  // nothing stamps items: no exchange was made
+  RANK_CHECK(job.finish().ok);
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -238,7 +231,7 @@ int main(int argc, char** argv) {
     if (mode == "broken") return broken(argc, argv);
     if (mode == "null") return null_profiler(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
+    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", dflash_test::this_rank, e.what());
     return 1;
   }
   std::fprintf(stderr, "test_clock_offset: unknown mode '%s' (skew, broken, null)\n", mode.c_str());

@@ -24,22 +24,14 @@
 #include <thread>
 #include <vector>
 
+#include "rank_check.hpp"
 #include "watchdog.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-int g_rank = -1;
-int g_failures = 0;
-
-#define CHECK(cond)                                                                                   \
-  do {                                                                                                \
-    if (!(cond)) {                                                                                    \
-      std::fprintf(stderr, "rank %d: CHECK failed at line %d: %s\n", g_rank, __LINE__, #cond);       \
-      ++g_failures;                                                                                   \
-    }                                                                                                 \
-  } while (0)
+using dflash_test::failures;
 
 // ---- items ----------------------------------------------------------------------
 struct tick {  // trivially copyable: crosses as its bytes
@@ -298,25 +290,25 @@ void check_credits(const link_run<T>& r, const std::vector<int>& producers, cons
     for (auto x : *v) flat.push_back(static_cast<int>(x));
   flat.push_back(static_cast<int>(st.sent));
   const auto all = gather_ints(flat);
-  if (g_rank != 0) return;
+  if (dflash_test::this_rank != 0) return;
   const std::size_t per = 3 * n + 1;
-  CHECK(all.size() == per * n);
+  RANK_CHECK(all.size() == per * n);
   if (all.size() != per * n) return;
   auto credits_from = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + static_cast<std::size_t>(peer)]; };
   auto taken_from = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + n + static_cast<std::size_t>(peer)]; };
   auto credits_to = [&](int rank, int peer) { return all[static_cast<std::size_t>(rank) * per + 2 * n + static_cast<std::size_t>(peer)]; };
   for (int p : producers) {
-    CHECK(all[static_cast<std::size_t>(p) * per + 3 * n] == items);
+    RANK_CHECK(all[static_cast<std::size_t>(p) * per + 3 * n] == items);
     int taken = 0;
     for (int c : consumers) {
       if (credits_from(p, c) != taken_from(c, p) || credits_to(c, p) != taken_from(c, p))
         std::fprintf(stderr, "producer %d, consumer %d: took %d items, returned %d credits, %d arrived\n", p, c,
                      taken_from(c, p), credits_to(c, p), credits_from(p, c));
-      CHECK(credits_from(p, c) == taken_from(c, p));
-      CHECK(credits_to(c, p) == taken_from(c, p));
+      RANK_CHECK(credits_from(p, c) == taken_from(c, p));
+      RANK_CHECK(credits_to(c, p) == taken_from(c, p));
       taken += taken_from(c, p);
     }
-    CHECK(taken == items);
+    RANK_CHECK(taken == items);
   }
 }
 
@@ -326,7 +318,7 @@ void check_exactly_once(link_run<T>& r, const std::vector<int>& producers, int i
   std::vector<int> flat;
   for (auto [p, s] : r.got) flat.insert(flat.end(), {p, s});
   const auto all = gather_ints(flat);
-  if (g_rank != 0) return;
+  if (dflash_test::this_rank != 0) return;
   std::map<std::pair<int, int>, int> seen;
   for (std::size_t i = 0; i + 1 < all.size(); i += 2) ++seen[{all[i], all[i + 1]}];
   std::size_t expected = 0;
@@ -334,10 +326,10 @@ void check_exactly_once(link_run<T>& r, const std::vector<int>& producers, int i
     for (int s = 0; s < items; ++s) {
       ++expected;
       const auto it = seen.find({p, s});
-      CHECK(it != seen.end() && it->second == 1);
+      RANK_CHECK(it != seen.end() && it->second == 1);
     }
-  CHECK(seen.size() == expected);       // nothing that was not sent
-  CHECK(all.size() == 2 * expected);    // nothing twice
+  RANK_CHECK(seen.size() == expected);       // nothing that was not sent
+  RANK_CHECK(all.size() == 2 * expected);    // nothing twice
 }
 
 // ---- modes --------------------------------------------------------------------
@@ -362,14 +354,14 @@ using wait_pipe = dflash::Pipeline<P, wait_source, dflash::queue_link<"wait_q", 
 
 int aggregate(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   const int n = job.size();
   // Bad input: a link naming a rank outside the job is refused with a clear error.
   try {
     link_t<tick> bad(job, {0}, {n});
-    CHECK(false);
+    RANK_CHECK(false);
   } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("not in the job") != std::string::npos);
+    RANK_CHECK(std::string(e.what()).find("not in the job") != std::string::npos);
   }
   using profiler = dflash::AccumulatingProfiler<dflash::key_set_cat_t<dflash::key_set<"a", "b">, dflash::pipeline_keys<wait_pipe<dflash::NullProfiler>>>>;
   profiler prof;
@@ -385,7 +377,7 @@ int aggregate(int argc, char** argv) {
   dflash::mpi::job_options opt;
   opt.report_interval = 5ms;
   opt.on_report = [&](const dflash::mpi::job_profile& j) {  // rank 0, progress thread
-    CHECK(j.ranks.size() == static_cast<std::size_t>(n));
+    RANK_CHECK(j.ranks.size() == static_cast<std::size_t>(n));
     if (heard_all.load()) return;
     if (std::all_of(j.heard.begin(), j.heard.end(), [](bool h) { return h; })) {
       periodic_count = j.merged().keys[0].count;
@@ -397,74 +389,74 @@ int aggregate(int argc, char** argv) {
   // source ends once they did. No timing bound: a hang fails the watchdog.
   std::function<bool()> done = [&] { return r == 0 ? heard_all.load() : job.periodic_reports() >= 1; };
   wait_pipe<profiler> p(prof, wait_source{&done}, drop_sink{});
-  CHECK(job.run(p));
+  RANK_CHECK(job.run(p));
   auto res = job.finish();
-  CHECK(res.ok);
+  RANK_CHECK(res.ok);
   if (r == 0) {
-    CHECK(res.profile.has_value());
+    RANK_CHECK(res.profile.has_value());
     const auto& j = *res.profile;
-    CHECK(j.ranks.size() == static_cast<std::size_t>(n));
+    RANK_CHECK(j.ranks.size() == static_cast<std::size_t>(n));
     const auto m = j.merged();
     std::uint64_t count = 0, total = 0;
     for (int k = 0; k < n; ++k) {
       count += static_cast<std::uint64_t>(k + 1);
       total += static_cast<std::uint64_t>(k + 1) * static_cast<std::uint64_t>(k + 1) * 1'000'000;
     }
-    CHECK(m.keys[0].name == "a");
-    CHECK(m.keys[0].count == count);
-    CHECK(m.keys[0].total_ns == total);
-    CHECK(m.keys[0].min_ns == 1'000'000);
-    CHECK(m.keys[0].max_ns == static_cast<std::uint64_t>(n) * 1'000'000);
+    RANK_CHECK(m.keys[0].name == "a");
+    RANK_CHECK(m.keys[0].count == count);
+    RANK_CHECK(m.keys[0].total_ns == total);
+    RANK_CHECK(m.keys[0].min_ns == 1'000'000);
+    RANK_CHECK(m.keys[0].max_ns == static_cast<std::uint64_t>(n) * 1'000'000);
     std::uint64_t hist = 0;
     for (auto b : m.keys[0].buckets) hist += b;
-    CHECK(hist == count);
-    for (int k = 0; k < n; ++k) CHECK(j.ranks[static_cast<std::size_t>(k)].keys[0].count == static_cast<std::uint64_t>(k + 1));
-    CHECK(j.ranks[0].keys[0].total_ns == mine.keys[0].total_ns);
-    CHECK(m.keys[1].count == static_cast<std::uint64_t>(n / 2));
+    RANK_CHECK(hist == count);
+    for (int k = 0; k < n; ++k) RANK_CHECK(j.ranks[static_cast<std::size_t>(k)].keys[0].count == static_cast<std::uint64_t>(k + 1));
+    RANK_CHECK(j.ranks[0].keys[0].total_ns == mine.keys[0].total_ns);
+    RANK_CHECK(m.keys[1].count == static_cast<std::uint64_t>(n / 2));
     const auto sp = j.spread_of(0);
-    CHECK(sp.slowest_rank == n - 1);
-    CHECK(sp.ranks_with_key == static_cast<std::size_t>(n));
-    CHECK(sp.min_mean_ns == 1e6 && sp.max_mean_ns == n * 1e6);
-    CHECK(j.spread_of(1).ranks_with_key == static_cast<std::size_t>(n / 2));  // ranks without "b" left out
+    RANK_CHECK(sp.slowest_rank == n - 1);
+    RANK_CHECK(sp.ranks_with_key == static_cast<std::size_t>(n));
+    RANK_CHECK(sp.min_mean_ns == 1e6 && sp.max_mean_ns == n * 1e6);
+    RANK_CHECK(j.spread_of(1).ranks_with_key == static_cast<std::size_t>(n / 2));  // ranks without "b" left out
     const auto table = dflash::mpi::format_job_table(j);
     std::fputs(table.c_str(), stdout);
-    CHECK(table.find(dflash::mpi::detail::rank_label(n - 1)) != std::string::npos);
+    RANK_CHECK(table.find(dflash::mpi::detail::rank_label(n - 1)) != std::string::npos);
     const auto js = nlohmann::json::parse(dflash::mpi::format_job_json(j));
-    CHECK(js["ranks"] == n);
-    CHECK(js["merged"]["keys"][0]["count"] == count);
-    CHECK(js["keys"][0]["slowest_rank"] == n - 1);
-    CHECK(js["keys"][0]["per_rank"].size() == static_cast<std::size_t>(n));
-    CHECK(js["errors"].empty());
-    CHECK(periodic_count.load() == count);
+    RANK_CHECK(js["ranks"] == n);
+    RANK_CHECK(js["merged"]["keys"][0]["count"] == count);
+    RANK_CHECK(js["keys"][0]["slowest_rank"] == n - 1);
+    RANK_CHECK(js["keys"][0]["per_rank"].size() == static_cast<std::size_t>(n));
+    RANK_CHECK(js["errors"].empty());
+    RANK_CHECK(periodic_count.load() == count);
   }
-  return g_failures;
+  return failures;
 }
 
 template <class T>
 int exactly_once(int argc, char** argv, bool multi) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   // several producers -> one consumer, or two producers -> two consumers
   const std::vector<int> producers = multi ? std::vector<int>{0, 1} : std::vector<int>{1, 2, 3};
   const std::vector<int> consumers = multi ? std::vector<int>{2, 3} : std::vector<int>{0};
   const int items = multi ? 600 : 2000;
   run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 25, 0};  // a slowish consumer: backpressure engages
   auto r = run_link<T>(job, producers, consumers, cfg, ccfg);
-  CHECK(r.ran_ok);
-  CHECK(r.result.ok);
-  CHECK(r.bad == 0);
+  RANK_CHECK(r.ran_ok);
+  RANK_CHECK(r.result.ok);
+  RANK_CHECK(r.bad == 0);
   // Measured on the receiving side: never more than depth items of one producer held here.
-  CHECK(r.stats.max_buffered_per_producer <= depth);
-  if (!multi && g_rank == 0) CHECK(r.stats.max_buffered_per_producer >= 1);
+  RANK_CHECK(r.stats.max_buffered_per_producer <= depth);
+  if (!multi && dflash_test::this_rank == 0) RANK_CHECK(r.stats.max_buffered_per_producer >= 1);
   check_exactly_once(r, producers, items);
   check_credits(r, producers, consumers, items);
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     const auto m = r.result.profile->merged();
     const auto* sent = m.find("net.send.work");
-    CHECK(sent && sent->count == producers.size() * static_cast<std::size_t>(items));
+    RANK_CHECK(sent && sent->count == producers.size() * static_cast<std::size_t>(items));
     std::fputs(dflash::mpi::format_job_table(*r.result.profile).c_str(), stdout);
   }
-  return g_failures;
+  return failures;
 }
 
 // Credits in batches: fast producers, a consumer that is slow in bursts, and
@@ -475,12 +467,12 @@ int exactly_once(int argc, char** argv, bool multi) {
 // starves the producers of credits and fails here or hangs the watchdog).
 int credit_batches(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   const std::vector<int> producers{1, 2}, consumers{0};
   const int items = 200;
   run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 25, 0};
   dflash::mpi::job_options opt;
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     opt.report_interval = 5ms;
     opt.on_report = [&job](const dflash::mpi::job_profile&) {
       if (!g_link_received || job.stopped()) return;
@@ -491,16 +483,16 @@ int credit_batches(int argc, char** argv) {
     };
   }
   auto r = run_link<tick>(job, producers, consumers, cfg, ccfg, std::move(opt));
-  CHECK(r.ran_ok);
-  CHECK(r.result.ok);
-  CHECK(r.bad == 0);
+  RANK_CHECK(r.ran_ok);
+  RANK_CHECK(r.result.ok);
+  RANK_CHECK(r.bad == 0);
   check_exactly_once(r, producers, items);
   check_credits(r, producers, consumers, items);
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     std::printf("largest credit batch: %llu\n", static_cast<unsigned long long>(r.stats.max_credit_batch));
-    CHECK(r.stats.max_credit_batch >= 2);  // the test exercised batches
+    RANK_CHECK(r.stats.max_credit_batch >= 2);  // the test exercised batches
   }
-  return g_failures;
+  return failures;
 }
 
 // Aggregation: the producer's progress thread is held (rank 0's on_report runs
@@ -508,11 +500,11 @@ int credit_batches(int argc, char** argv) {
 // as one header message (one message per item fails here).
 int batches(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   const int items = 400;
   run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 0, 0};
   dflash::mpi::job_options opt;
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     opt.report_interval = 2ms;
     opt.on_report = [&job](const dflash::mpi::job_profile&) {
       if (!g_link_queued || job.stopped()) return;
@@ -521,17 +513,17 @@ int batches(int argc, char** argv) {
     };
   }
   auto r = run_link<tick>(job, {0}, {1}, cfg, ccfg, std::move(opt));
-  CHECK(r.ran_ok);
-  CHECK(r.result.ok);
-  CHECK(r.bad == 0);
+  RANK_CHECK(r.ran_ok);
+  RANK_CHECK(r.result.ok);
+  RANK_CHECK(r.bad == 0);
   check_exactly_once(r, {0}, items);
   check_credits(r, {0}, {1}, items);
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     std::printf("largest batch: %llu items\n", static_cast<unsigned long long>(r.stats.max_batch));
-    CHECK(r.stats.max_batch >= 2);
-    CHECK(r.stats.max_batch <= depth);  // never more than the credit window
+    RANK_CHECK(r.stats.max_batch >= 2);
+    RANK_CHECK(r.stats.max_batch <= depth);  // never more than the credit window
   }
-  return g_failures;
+  return failures;
 }
 
 // A blocked send or receive makes its link's MPI calls itself (job::drive)
@@ -539,18 +531,18 @@ int batches(int argc, char** argv) {
 // ranks stage threads drove the link, and every item still arrived once.
 int driven(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   const int items = 600;  // a fraction of a second, also on a loaded machine (the watchdog allows 15 s)
   run_config cfg{items, -1, 0, 0, 0, 0}, ccfg{-1, -1, 0, 0, 0, 0};
   auto r = run_link<tick>(job, {0}, {1}, cfg, ccfg);
-  CHECK(r.ran_ok);
-  CHECK(r.result.ok);
-  CHECK(r.bad == 0);
+  RANK_CHECK(r.ran_ok);
+  RANK_CHECK(r.result.ok);
+  RANK_CHECK(r.bad == 0);
   check_exactly_once(r, {0}, items);
   check_credits(r, {0}, {1}, items);
-  std::printf("rank %d: %llu passes driven by stage threads\n", g_rank, static_cast<unsigned long long>(r.stats.driven));
-  CHECK(r.stats.driven > 0);
-  return g_failures;
+  std::printf("rank %d: %llu passes driven by stage threads\n", dflash_test::this_rank, static_cast<unsigned long long>(r.stats.driven));
+  RANK_CHECK(r.stats.driven > 0);
+  return failures;
 }
 
 // Reuse and close without a pipeline: the producer refills the items whose
@@ -559,18 +551,18 @@ int driven(int argc, char** argv) {
 // one per item. Contents and order are checked item by item.
 int reuse(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   job.start();
   link_t<blob> link(job, {0}, {1});
   dflash::NullProfiler np;
   const int items = 300;
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     int reused = 0;
     for (int i = 0; i < items; ++i) {
       blob b = make_blob(0, i);
       if (auto old = link.take_sent()) {
         ++reused;
-        CHECK(old->rank == 0 && old->seq < i && blob_ok(*old));  // a sent item, intact
+        RANK_CHECK(old->rank == 0 && old->seq < i && blob_ok(*old));  // a sent item, intact
         old->f.assign(b.f.begin(), b.f.end());  // refill the old vectors (sizes differ per item)
         old->u.assign(b.u.begin(), b.u.end());
         old->seq = b.seq;
@@ -580,7 +572,7 @@ int reuse(int argc, char** argv) {
       link.send(std::move(b), np);
     }
     std::printf("producer reused %d of %d items\n", reused, items);
-    CHECK(reused > 0);
+    RANK_CHECK(reused > 0);
     link.close();
     bool threw = false;
     try {
@@ -588,77 +580,77 @@ int reuse(int argc, char** argv) {
     } catch (const std::logic_error&) {
       threw = true;
     }
-    CHECK(threw);  // send after close
+    RANK_CHECK(threw);  // send after close
   } else {
     int n = 0, roomy = 0;
     while (auto b = link.receive(np)) {
-      CHECK(b->seq == n && blob_ok(*b));
+      RANK_CHECK(b->seq == n && blob_ok(*b));
       roomy += b->f.capacity() > b->f.size();  // a fresh vector sized on receipt has no spare room
       ++n;
       link.recycle(std::move(*b));
     }
-    CHECK(n == items);
+    RANK_CHECK(n == items);
     std::printf("consumer: %d of %d items arrived in recycled vectors with room to spare\n", roomy, n);
-    CHECK(roomy > 0);
+    RANK_CHECK(roomy > 0);
   }
-  CHECK(job.finish().ok);
-  return g_failures;
+  RANK_CHECK(job.finish().ok);
+  return failures;
 }
 
 // Close / drain: one producer finishes at once with nothing to send, another
 // sends slowly; the consumer must not close before the last FIN and item.
 int drain(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   const int items = job.rank() == 1 ? 0 : 400;
   run_config cfg{items, -1, 0, 0}, ccfg{-1, -1, 0, 0};
   auto r = run_link<blob>(job, {1, 2}, {0}, cfg, ccfg);
-  CHECK(r.ran_ok);
-  CHECK(r.result.ok);
-  if (g_rank == 0) CHECK(r.got.size() == 400u);
+  RANK_CHECK(r.ran_ok);
+  RANK_CHECK(r.result.ok);
+  if (dflash_test::this_rank == 0) RANK_CHECK(r.got.size() == 400u);
   std::vector<int> flat;
   for (auto [p, s] : r.got) flat.insert(flat.end(), {p, s});
   const auto all = gather_ints(flat);
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     std::set<std::pair<int, int>> seen;
     for (std::size_t i = 0; i + 1 < all.size(); i += 2) seen.insert({all[i], all[i + 1]});
-    CHECK(seen.size() == 400u);
-    CHECK(!seen.empty() && seen.begin()->first == 2 && seen.rbegin()->second == 399);
+    RANK_CHECK(seen.size() == 400u);
+    RANK_CHECK(!seen.empty() && seen.begin()->first == 2 && seen.rbegin()->second == 399);
   }
   check_credits(r, {2}, {0}, 400);
-  return g_failures;
+  return failures;
 }
 
 // A throwing rank stops every rank within 1 s (the bound; typically
 // milliseconds), every rank learns the job failed, rank 0 names the error.
 int throwing(int argc, char** argv, bool producer_throws) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   const std::vector<int> producers = producer_throws ? std::vector<int>{1, 2, 3} : std::vector<int>{1, 2};
   run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 2, 0};  // endless sources: only a stop ends this job
   if (producer_throws && job.rank() == 2) cfg.throw_at = 200;
   if (!producer_throws) ccfg.throw_at = 300;
   auto r = run_link<tick>(job, producers, {0}, cfg, ccfg);
   const bool thrower = producer_throws ? job.rank() == 2 : job.rank() == 0;
-  CHECK(r.ran_ok == !thrower);
-  CHECK(!r.result.ok);  // on every rank
+  RANK_CHECK(r.ran_ok == !thrower);
+  RANK_CHECK(!r.result.ok);  // on every rank
   const std::int64_t throw_ns = producer_throws ? cfg.throw_ns : ccfg.throw_ns;
   std::vector<std::int64_t> ends(static_cast<std::size_t>(job.size())), throws(static_cast<std::size_t>(job.size()));
   MPI_Gather(&r.end_ns, 1, MPI_INT64_T, ends.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
   MPI_Gather(&throw_ns, 1, MPI_INT64_T, throws.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     const std::int64_t t0 = *std::max_element(throws.begin(), throws.end());
-    CHECK(t0 > 0);
+    RANK_CHECK(t0 > 0);
     const std::int64_t last = *std::max_element(ends.begin(), ends.end());
     const double s = static_cast<double>(last - t0) / 1e9;
     std::printf("last rank stopped %.3f ms after the throw\n", s * 1e3);
-    CHECK(s < 1.0);  // steady_clock is CLOCK_MONOTONIC, one clock for every process on this machine
+    RANK_CHECK(s < 1.0);  // steady_clock is CLOCK_MONOTONIC, one clock for every process on this machine
     std::printf("rank 0 reports: %s\n", r.result.error.c_str());
     const std::string want = producer_throws ? "rank 2: boom from rank 2" : "rank 0: boom from the consumer";
-    CHECK(r.result.error == want);  // only the thrower's error, none from the ranks it stopped
-    CHECK(r.result.profile && !r.result.profile->errors[producer_throws ? 2 : 0].empty());
+    RANK_CHECK(r.result.error == want);  // only the thrower's error, none from the ranks it stopped
+    RANK_CHECK(r.result.profile && !r.result.profile->errors[producer_throws ? 2 : 0].empty());
   }
-  return g_failures;
+  return failures;
 }
 
 // An item buffer over MPI's 2 GiB count limit: the producer's sink stage
@@ -666,21 +658,21 @@ int throwing(int argc, char** argv, bool producer_throws) {
 // the job hung); every rank ends, rank 0 names the rank.
 int oversize(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   g_sized_bytes = [](int, int seq) -> std::size_t { return seq == 3 ? (std::size_t{1} << 31) + 8 : 16; };
   run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 0, 0};  // endless: only the error ends the job
   auto r = run_link<sized>(job, {1}, {0}, cfg, ccfg);
-  CHECK(r.ran_ok == (g_rank != 1));
-  CHECK(!r.result.ok);
-  CHECK(r.bad == 0);
-  if (g_rank == 0) {
+  RANK_CHECK(r.ran_ok == (dflash_test::this_rank != 1));
+  RANK_CHECK(!r.result.ok);
+  RANK_CHECK(r.bad == 0);
+  if (dflash_test::this_rank == 0) {
     std::printf("rank 0 reports: %s\n", r.result.error.c_str());
-    CHECK(r.result.error.find("rank 1: ") == 0);
-    CHECK(r.result.error.find("2 GiB") != std::string::npos);
-    CHECK(r.got.size() <= 3u);  // at most the items before the big one (the stop may drop some)
-    for (auto [p, q] : r.got) CHECK(p == 1 && q < 3);
+    RANK_CHECK(r.result.error.find("rank 1: ") == 0);
+    RANK_CHECK(r.result.error.find("2 GiB") != std::string::npos);
+    RANK_CHECK(r.got.size() <= 3u);  // at most the items before the big one (the stop may drop some)
+    for (auto [p, q] : r.got) RANK_CHECK(p == 1 && q < 3);
   }
-  return g_failures;
+  return failures;
 }
 
 // Producers send blob, the consumer expects blob_swapped (same header length,
@@ -688,11 +680,11 @@ int oversize(int argc, char** argv) {
 // allocates anything, and the job ends with its reason.
 int layout_mismatch(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   run_config cfg{50, -1, 0, 0}, ccfg{-1, -1, 0, 0};
   bool ran = false;
   dflash::mpi::job_result res;
-  if (g_rank == 0) {
+  if (dflash_test::this_rank == 0) {
     auto r = run_link<blob_swapped>(job, {1, 2}, {0}, cfg, ccfg);
     ran = r.ran_ok;
     res = r.result;
@@ -701,14 +693,14 @@ int layout_mismatch(int argc, char** argv) {
     ran = r.ran_ok;
     res = r.result;
   }
-  CHECK(ran);  // no stage threw: the progress thread found the error
-  CHECK(!res.ok);
-  if (g_rank == 0) {
+  RANK_CHECK(ran);  // no stage threw: the progress thread found the error
+  RANK_CHECK(!res.ok);
+  if (dflash_test::this_rank == 0) {
     std::printf("rank 0 reports: %s\n", res.error.c_str());
-    CHECK(res.error.find("rank 0: ") == 0);
-    CHECK(res.error.find("wire<T>") != std::string::npos);
+    RANK_CHECK(res.error.find("rank 0: ") == 0);
+    RANK_CHECK(res.error.find("wire<T>") != std::string::npos);
   }
-  return g_failures;
+  return failures;
 }
 
 // An exception leaves the scope of a running job on rank 1 (the consumer,
@@ -736,7 +728,7 @@ void unwind_scope(int argc, char** argv, int& rank) {
   std::optional<P> late;
   if constexpr (!ProfFirst) late.emplace();
   P& prof = ProfFirst ? *early : *late;
-  rank = g_rank = job.rank();
+  rank = dflash_test::this_rank = job.rank();
   dflash::mpi::job_options opt;
   opt.report_interval = 1ms;  // periodic snapshots of prof keep coming
   opt.on_report = [](const dflash::mpi::job_profile&) {};
@@ -748,20 +740,20 @@ void unwind_scope(int argc, char** argv, int& rank) {
   run_config cfg{AfterEnd ? 100 : -1, -1, 0, 0};
   if (link.is_producer()) {
     S::producer<P> p(prof, gen_source<P, tick>{&cfg, job.rank()}, dflash::mpi::mpi_link_sink<P, link_t<tick>>{&link, prof});
-    CHECK(job.run(p));
+    RANK_CHECK(job.run(p));
   } else {
     dflash::Pipeline<P, dflash::mpi::mpi_link_source<P, link_t<tick>>, dflash::queue_link<"in_q", 4>, stop_early> p(
         prof, dflash::mpi::mpi_link_source<P, link_t<tick>>{&link, prof}, stop_early{AfterEnd ? -1 : 50});
-    CHECK(job.run(p));
+    RANK_CHECK(job.run(p));
     if (AfterEnd) std::this_thread::sleep_for(100ms);  // the others reach finish(); no bound is asserted
     throw std::runtime_error("rank 1 fails after its pipeline");
   }
   const auto res = job.finish();
-  CHECK(!res.ok);
+  RANK_CHECK(!res.ok);
   if (rank == 0) {
     std::printf("rank 0 reports: %s\n", res.error.c_str());
-    CHECK(res.error.find("rank 1: ") == 0);
-    CHECK(res.error.find("finish()") != std::string::npos);
+    RANK_CHECK(res.error.find("rank 1: ") == 0);
+    RANK_CHECK(res.error.find("finish()") != std::string::npos);
   }
 }
 template <bool ProfFirst, bool AfterEnd = false>
@@ -769,11 +761,11 @@ int unwind(int argc, char** argv) {
   int rank = -1;
   try {
     unwind_scope<ProfFirst, AfterEnd>(argc, argv, rank);
-    CHECK(rank != 1);
+    RANK_CHECK(rank != 1);
   } catch (const std::runtime_error& e) {
-    CHECK(rank == 1 && std::string(e.what()) == "rank 1 fails after its pipeline");
+    RANK_CHECK(rank == 1 && std::string(e.what()) == "rank 1 fails after its pipeline");
   }
-  return g_failures;
+  return failures;
 }
 
 // Something the progress thread cannot recover from (here a header on the
@@ -790,9 +782,9 @@ int fatal_progress(int argc, char** argv) {
   }
   {
     dflash::mpi::job job(argc, argv);
-    g_rank = job.rank();
+    dflash_test::this_rank = job.rank();
     run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 0, 0};
-    if (g_rank == 1) {
+    if (dflash_test::this_rank == 1) {
       typename pipes<tick>::profiler prof;
       job.start(prof);  // no pipeline here: only the bad message
       const unsigned char garbage[2] = {7, 7};
@@ -803,7 +795,7 @@ int fatal_progress(int argc, char** argv) {
     }
   }
   MPI_Finalize();
-  std::fprintf(stderr, "rank %d: the job was not aborted\n", g_rank);
+  std::fprintf(stderr, "rank %d: the job was not aborted\n", dflash_test::this_rank);
   return 1;
 }
 
@@ -815,25 +807,25 @@ int throw_before_start(int argc, char** argv) {
   std::string caught;
   try {
     dflash::mpi::job job(argc, argv);
-    rank = g_rank = job.rank();
+    rank = dflash_test::this_rank = job.rank();
     if (rank == 1) {
       job.fail("no GPU on this rank");  // optional: the reason the others report
       throw std::runtime_error("setup failed on rank 1");
     }
     dflash::AccumulatingProfiler<dflash::key_set<"a">> prof;
     job.start(prof);
-    CHECK(false);  // start() must fail on the other ranks
+    RANK_CHECK(false);  // start() must fail on the other ranks
   } catch (const std::runtime_error& e) {
     caught = e.what();
   }
   std::printf("rank %d: %s\n", rank, caught.c_str());
   if (rank == 1) {
-    CHECK(caught == "setup failed on rank 1");
+    RANK_CHECK(caught == "setup failed on rank 1");
   } else {
-    CHECK(caught.find("rank 1") != std::string::npos);
-    CHECK(caught.find("no GPU on this rank") != std::string::npos);
+    RANK_CHECK(caught.find("rank 1") != std::string::npos);
+    RANK_CHECK(caught.find("no GPU on this rank") != std::string::npos);
   }
-  return g_failures;
+  return failures;
 }
 
 // ---- randomized fault scenarios (label stress) ---------------------------------
@@ -1060,7 +1052,7 @@ int stress(int argc, char** argv) {
   int rank = 0, n = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  g_rank = rank;
+  dflash_test::this_rank = rank;
   unsigned long long seed = argc > 2 ? std::stoull(argv[2]) : std::random_device{}() * 0x100000001ull ^ std::random_device{}();
   MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
   const int first = argc > 3 ? std::stoi(argv[3]) : 0;
@@ -1120,7 +1112,7 @@ int stress(int argc, char** argv) {
 
 // wire<T> decoding validates every size before it allocates (no MPI needed).
 int wire_checks() {
-  g_rank = 0;
+  dflash_test::this_rank = 0;
   std::vector<dflash::mpi::wire_buffer> bufs;
   // blob's header: rank, seq (4 + 4), f's and u's sizes (8 + 8), scale (8) = 32 bytes.
   auto header = [](std::size_t bytes, std::uint64_t f_count) {
@@ -1137,12 +1129,12 @@ int wire_checks() {
       threw = std::string(e.what()).find(what) != std::string::npos;
       if (!threw) std::fprintf(stderr, "unexpected message: %s\n", e.what());
     }
-    CHECK(threw);
-    CHECK(b.f.capacity() == 0);  // nothing allocated before the header was found bad
-    CHECK(b.u.capacity() == 0);
+    RANK_CHECK(threw);
+    RANK_CHECK(b.f.capacity() == 0);  // nothing allocated before the header was found bad
+    RANK_CHECK(b.u.capacity() == 0);
   };
   blob probe;
-  CHECK(dflash::mpi::wire_header_bytes(probe) == 32u);
+  RANK_CHECK(dflash::mpi::wire_header_bytes(probe) == 32u);
   rejects(header(21, std::uint64_t{1} << 26), "layout needs 32");  // short header claiming 2^26 floats
   rejects(header(40, 3), "layout needs 32");                       // long header
   rejects(header(32, std::uint64_t{5} << 30), "over the limit");   // 20 GiB of floats
@@ -1153,19 +1145,19 @@ int wire_checks() {
   dflash::mpi::wire_encode(src, h, bufs);
   std::vector<dflash::mpi::wire_buffer> in;
   dflash::mpi::wire_decode(dst, h.data(), h.size(), in);
-  CHECK(in.size() == bufs.size());
+  RANK_CHECK(in.size() == bufs.size());
   for (std::size_t i = 0; i < in.size() && i < bufs.size(); ++i) {
-    CHECK(in[i].bytes == bufs[i].bytes);
+    RANK_CHECK(in[i].bytes == bufs[i].bytes);
     std::memcpy(in[i].data, bufs[i].data, bufs[i].bytes);
   }
-  CHECK(dst.rank == 3 && dst.seq == 7 && blob_ok(dst));
+  RANK_CHECK(dst.rank == 3 && dst.seq == 7 && blob_ok(dst));
   // One message (the job's FINAL, PROFILE): round-trips; sizes that do not add up to the
   // bytes after the header are rejected before anything is allocated.
   const auto packed = dflash::mpi::wire_pack(src);
-  CHECK(packed.size() == 32 + src.f.size() * sizeof(float) + src.u.size());
+  RANK_CHECK(packed.size() == 32 + src.f.size() * sizeof(float) + src.u.size());
   blob one;
   dflash::mpi::wire_unpack(one, packed.data(), packed.size());
-  CHECK(one.rank == 3 && one.seq == 7 && blob_ok(one));
+  RANK_CHECK(one.rank == 3 && one.seq == 7 && blob_ok(one));
   auto unpack_rejects = [&](std::size_t bytes, const char* what) {
     blob b;
     bool threw = false;
@@ -1175,8 +1167,8 @@ int wire_checks() {
       threw = std::string(e.what()).find(what) != std::string::npos;
       if (!threw) std::fprintf(stderr, "unexpected message: %s\n", e.what());
     }
-    CHECK(threw);
-    CHECK(b.f.capacity() == 0 && b.u.capacity() == 0);
+    RANK_CHECK(threw);
+    RANK_CHECK(b.f.capacity() == 0 && b.u.capacity() == 0);
   };
   unpack_rejects(packed.size() - 1, "shorter than its header says");
   unpack_rejects(31, "its header alone needs 32");
@@ -1190,13 +1182,13 @@ int wire_checks() {
     } catch (const std::runtime_error& e) {
       threw = std::string(e.what()).find("1 bytes more than its header says") != std::string::npos;
     }
-    CHECK(threw);
+    RANK_CHECK(threw);
   }
   dflash::mpi::final_message fin{{'o', 'k'}, {1, 2, 3}}, fin2;
   const auto fb = dflash::mpi::wire_pack(fin);
   dflash::mpi::wire_unpack(fin2, fb.data(), fb.size());
-  CHECK(fin2.error == fin.error && fin2.snapshot == fin.snapshot);
-  return g_failures;
+  RANK_CHECK(fin2.error == fin.error && fin2.snapshot == fin.snapshot);
+  return failures;
 }
 
 // An idle job does not spin: the progress thread's waits after idle passes
@@ -1206,31 +1198,31 @@ int wire_checks() {
 int idle(int argc, char** argv) {
   using w = dflash::mpi::progress_waker;
   using us = std::chrono::microseconds;
-  CHECK(w::wait_after(1, false) == us{0});
-  CHECK(w::wait_after(w::yield_passes, false) == us{0});
-  CHECK(w::wait_after(w::yield_passes + 1, false) == w::min_nap);
-  CHECK(w::wait_after(w::yield_passes + 2, false) == 2 * w::min_nap);
-  CHECK(w::wait_after(w::yield_passes + 1000, false) == w::max_nap);
-  CHECK(w::wait_after(w::yield_passes + 1000, true) == us{0});  // a transfer in flight: keep polling
-  CHECK(w::max_nap >= us{5000});
+  RANK_CHECK(w::wait_after(1, false) == us{0});
+  RANK_CHECK(w::wait_after(w::yield_passes, false) == us{0});
+  RANK_CHECK(w::wait_after(w::yield_passes + 1, false) == w::min_nap);
+  RANK_CHECK(w::wait_after(w::yield_passes + 2, false) == 2 * w::min_nap);
+  RANK_CHECK(w::wait_after(w::yield_passes + 1000, false) == w::max_nap);
+  RANK_CHECK(w::wait_after(w::yield_passes + 1000, true) == us{0});  // a transfer in flight: keep polling
+  RANK_CHECK(w::max_nap >= us{5000});
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   job.start();
   dflash::mpi::mpi_link<tick, "net", depth> link(job, {0}, {1});
   std::this_thread::sleep_for(100ms);  // past the first ramp
   const auto p0 = job.progress_passes();
   std::this_thread::sleep_for(1s);
   const auto passes = job.progress_passes() - p0;
-  std::printf("rank %d: %llu progress passes in 1 s idle\n", g_rank, static_cast<unsigned long long>(passes));
-  CHECK(passes < 500);
-  CHECK(passes > 0);  // it still polls (a remote STOP must be seen)
-  CHECK(job.finish().ok);
-  return g_failures;
+  std::printf("rank %d: %llu progress passes in 1 s idle\n", dflash_test::this_rank, static_cast<unsigned long long>(passes));
+  RANK_CHECK(passes < 500);
+  RANK_CHECK(passes > 0);  // it still polls (a remote STOP must be seen)
+  RANK_CHECK(job.finish().ok);
+  return failures;
 }
 
 int key_mismatch(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   bool threw = false;
   try {
     if (job.rank() == 1) {
@@ -1244,11 +1236,11 @@ int key_mismatch(int argc, char** argv) {
     threw = true;
     const std::string w = e.what();
     std::printf("rank %d: %s\n", job.rank(), w.c_str());
-    CHECK(w.find("different key sets") != std::string::npos);
-    CHECK(w.find("rank 1: 'c', rank 0: 'b'") != std::string::npos);
+    RANK_CHECK(w.find("different key sets") != std::string::npos);
+    RANK_CHECK(w.find("rank 1: 'c', rank 0: 'b'") != std::string::npos);
   }
-  CHECK(threw);  // on every rank, so none waits for the others
-  return g_failures;
+  RANK_CHECK(threw);  // on every rank, so none waits for the others
+  return failures;
 }
 
 }  // namespace
@@ -1280,7 +1272,7 @@ int main(int argc, char** argv) {
     if (mode == "throw_consumer") return throwing(argc, argv, false);
     if (mode == "key_mismatch") return key_mismatch(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
+    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", dflash_test::this_rank, e.what());
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "

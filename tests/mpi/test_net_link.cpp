@@ -21,21 +21,14 @@
 #include <thread>
 #include <vector>
 
+#include "rank_check.hpp"
 #include "watchdog.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-int g_rank = -1;
-int g_failures = 0;
-void check(bool ok, int line, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "rank %d: check failed at line %d: %s\n", g_rank, line, what);
-    ++g_failures;
-  }
-}
-#define NET_CHECK(cond) check(static_cast<bool>(cond), __LINE__, #cond)
+using dflash_test::failures;
 
 constexpr int items_per_rank = 400;
 
@@ -141,7 +134,7 @@ void place(Shape& s, int rank, int size) {
 template <template <class> class Pipe, class Sink = collect>
 int exactly_once(int argc, char** argv, bool throw_in_sink) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys<Pipe<dflash::NullProfiler>>>;
   prof_t prof;
   job.start(prof);
@@ -155,50 +148,50 @@ int exactly_once(int argc, char** argv, bool throw_in_sink) {
     Pipe<prof_t> p(prof, shape);
     p.template stage<0>() = numbers{job.rank(), 0};
     p.template stage<Pipe<prof_t>::stage_count - 1>() = Sink{&got, throw_in_sink ? stop_at : -1};
-    NET_CHECK(p.layout().links.back().name == "net");
+    RANK_CHECK(p.layout().links.back().name == "net");
     job.run(p);
   }
   const auto res = job.finish();
   const bool consumer = job.rank() == job.size() - 1;
   if (!throw_in_sink) {
-    NET_CHECK(res.ok);
+    RANK_CHECK(res.ok);
     if (consumer) {
-      NET_CHECK(static_cast<int>(got.size()) == total);
+      RANK_CHECK(static_cast<int>(got.size()) == total);
       std::set<std::pair<int, int>> seen;
       for (const auto& t : got) {
-        NET_CHECK(seen.insert({t.rank, t.seq}).second);  // once
-        NET_CHECK(t.value == static_cast<std::int64_t>(t.seq) * t.seq + t.rank);
-        NET_CHECK(t.rank >= 0 && t.rank < producers && t.seq >= 0 && t.seq < items_per_rank);
+        RANK_CHECK(seen.insert({t.rank, t.seq}).second);  // once
+        RANK_CHECK(t.value == static_cast<std::int64_t>(t.seq) * t.seq + t.rank);
+        RANK_CHECK(t.rank >= 0 && t.rank < producers && t.seq >= 0 && t.seq < items_per_rank);
       }
-      NET_CHECK(static_cast<int>(seen.size()) == total);
+      RANK_CHECK(static_cast<int>(seen.size()) == total);
       const auto s = prof.snapshot();
-      NET_CHECK(s.find("net.pop_wait") != nullptr);  // recorded when a pop had to wait
-      NET_CHECK(s.find("collect.work")->count == static_cast<std::uint64_t>(total));
-      NET_CHECK(s.find("numbers.work")->count == 0);  // the source ran on the other ranks
+      RANK_CHECK(s.find("net.pop_wait") != nullptr);  // recorded when a pop had to wait
+      RANK_CHECK(s.find("collect.work")->count == static_cast<std::uint64_t>(total));
+      RANK_CHECK(s.find("numbers.work")->count == 0);  // the source ran on the other ranks
       // flow stamps crossed the net_link: every item has an age and an end-to-end time here (the
       // ranks share one machine's steady clock, so none reads behind its birth stamp)
-      NET_CHECK(s.find("collect.age")->count == static_cast<std::uint64_t>(total));
-      NET_CHECK(s.find("collect.e2e")->count == static_cast<std::uint64_t>(total));
-      NET_CHECK(s.find("collect.age_clock_backwards")->count == 0);
+      RANK_CHECK(s.find("collect.age")->count == static_cast<std::uint64_t>(total));
+      RANK_CHECK(s.find("collect.e2e")->count == static_cast<std::uint64_t>(total));
+      RANK_CHECK(s.find("collect.age_clock_backwards")->count == 0);
     } else {
-      NET_CHECK(got.empty());
+      RANK_CHECK(got.empty());
       const auto s = prof.snapshot();
-      NET_CHECK(s.find("net.push_wait")->count <= static_cast<std::uint64_t>(items_per_rank));  // when out of credits
-      NET_CHECK(s.find("numbers.work")->count == static_cast<std::uint64_t>(items_per_rank) + 1);  // + "done"
-      NET_CHECK(s.find("collect.work")->count == 0);
+      RANK_CHECK(s.find("net.push_wait")->count <= static_cast<std::uint64_t>(items_per_rank));  // when out of credits
+      RANK_CHECK(s.find("numbers.work")->count == static_cast<std::uint64_t>(items_per_rank) + 1);  // + "done"
+      RANK_CHECK(s.find("collect.work")->count == 0);
     }
   } else {
-    NET_CHECK(!res.ok);  // every rank learns of the failure
-    if (job.rank() == 0) NET_CHECK(res.error.find("collect failed on purpose") != std::string::npos);
-    if (consumer) NET_CHECK(static_cast<int>(got.size()) == stop_at);
+    RANK_CHECK(!res.ok);  // every rank learns of the failure
+    if (job.rank() == 0) RANK_CHECK(res.error.find("collect failed on purpose") != std::string::npos);
+    if (consumer) RANK_CHECK(static_cast<int>(got.size()) == stop_at);
   }
-  return g_failures == 0 ? 0 : 1;
+  return failures == 0 ? 0 : 1;
 }
 
 // A queue_link between stages placed on different ranks cannot carry items: a clear error, before anything runs.
 int placement_error(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
-  g_rank = job.rank();
+  dflash_test::this_rank = job.rank();
   job.start();
   using wrong = dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"in", 4>, square,
                                  dflash::queue_link<"net", 3>, collect>;
@@ -211,11 +204,11 @@ int placement_error(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     threw = std::string(e.what()).find("link 1 ('net') cannot cross processes: make it a dflash::mpi::net_link") !=
             std::string::npos;
-    if (!threw) std::fprintf(stderr, "rank %d: unexpected message: %s\n", g_rank, e.what());
+    if (!threw) std::fprintf(stderr, "rank %d: unexpected message: %s\n", dflash_test::this_rank, e.what());
   }
-  NET_CHECK(threw);
-  NET_CHECK(job.finish().ok);
-  return g_failures == 0 ? 0 : 1;
+  RANK_CHECK(threw);
+  RANK_CHECK(job.finish().ok);
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -237,7 +230,7 @@ int main(int argc, char** argv) {
     if (mode == "throw_consumer") return exactly_once<net_pipeline>(argc, argv, true);
     if (mode == "placement") return placement_error(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
+    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", dflash_test::this_rank, e.what());
     return 1;
   }
   std::fprintf(stderr, "test_net_link: unknown mode '%s' (exactly_once, device, throw_consumer, placement)\n",
