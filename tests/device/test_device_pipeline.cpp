@@ -9,6 +9,8 @@
 #include <dflash/queue/ring_control.hpp>
 
 #include "watchdog.hpp"
+#include "collect_sink.hpp"
+#include "numbers_source.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -51,16 +53,7 @@ struct options {
 };
 
 template <class P>
-struct numbers {  // 0..n-1 (n < 0: endless)
-  static constexpr dflash::fixed_string name{"numbers"};
-  using input_type = void;
-  using output_type = int;
-  int n = 0, next = 0;
-  std::optional<int> operator()() {
-    if (n >= 0 && next >= n) return std::nullopt;
-    return next++;
-  }
-};
+using numbers = dflash_test::numbers;
 
 template <class P>
 struct fill {  // host -> device link
@@ -112,13 +105,7 @@ struct verify {  // device link -> host queue: the result is written asynchronou
 };
 
 template <class P>
-struct collect {  // host sink: the pipeline waited for each result's work
-  static constexpr dflash::fixed_string name{"collect"};
-  using input_type = result;
-  using output_type = void;
-  std::vector<result>* out;
-  void operator()(result&& r) { out->push_back(std::move(r)); }
-};
+using collect = dflash_test::collect<result>;  // the pipeline waited for each result's work
 
 template <class P>
 using twin_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in_q", 4>, dflash::workers<fill<P>, 2>,
@@ -164,21 +151,7 @@ using chain_pipeline = dflash::Pipeline<P, numbers<P>, dflash::queue_link<"in_q"
                                         tally<P>>;
 
 void check_results(const std::vector<result>& got, int n) {
-  REQUIRE(got.size() == static_cast<std::size_t>(n));
-  std::map<int, int> count;
-  std::map<std::pair<std::size_t, std::size_t>, int> last;  // (producer, consumer) -> last value
-  for (const result& r : got) {
-    CHECK(*r.ok == 1);
-    ++count[r.value];
-    // a producer worker's items reach a consumer worker in the order it produced them
-    auto [it, fresh] = last.try_emplace({r.producer, r.consumer}, r.value);
-    if (!fresh) {
-      CHECK(r.value > it->second);
-      it->second = r.value;
-    }
-  }
-  REQUIRE(count.size() == static_cast<std::size_t>(n));
-  for (const auto& [v, c] : count) CHECK(c == 1);
+  dflash_test::check_exactly_once_in_producer_order(got, n, [](const result& r) { CHECK(*r.ok == 1); });
 }
 }  // namespace
 

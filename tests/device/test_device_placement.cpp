@@ -7,6 +7,7 @@
 #include <dflash/device/host_stream_backend.hpp>
 #include <dflash/pipeline.hpp>
 
+#include "collect_sink.hpp"
 #include "numbers_source.hpp"
 #include "watchdog.hpp"
 
@@ -109,13 +110,7 @@ struct verify {
   }
 };
 
-struct collect {
-  static constexpr dflash::fixed_string name{"collect"};
-  using input_type = result;
-  using output_type = void;
-  std::vector<result>* out;
-  void operator()(result&& r) { out->push_back(std::move(r)); }
-};
+using collect = dflash_test::collect<result>;
 
 template <class Slot = pslot>
 using placed = dflash::Pipeline<NullProfiler, numbers, dflash::queue_link<"in_q", 4>, dflash::workers<fill<Slot>, 2>,
@@ -130,23 +125,12 @@ std::vector<int> all_devices(int n, bool reversed) {
 }
 
 void check_results(const std::vector<result>& got, int n, const placed<>::shape_type& shape) {
-  REQUIRE(got.size() == static_cast<std::size_t>(n));
-  std::map<int, int> count;
-  std::map<std::pair<std::size_t, std::size_t>, int> last;
-  for (const result& r : got) {
+  dflash_test::check_exactly_once_in_producer_order(got, n, [&](const result& r) {
     CHECK(*r.ok == 1);
-    ++count[r.value];
     // every worker ran on the device its placement says
     CHECK(r.from == shape.device_of(1, r.producer));
     CHECK(r.on == shape.device_of(2, r.consumer));
-    auto [it, fresh] = last.try_emplace({r.producer, r.consumer}, r.value);
-    if (!fresh) {
-      CHECK(r.value > it->second);
-      it->second = r.value;
-    }
-  }
-  REQUIRE(count.size() == static_cast<std::size_t>(n));
-  for (const auto& [v, c] : count) CHECK(c == 1);
+  });
 }
 }  // namespace
 

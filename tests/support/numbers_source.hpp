@@ -1,6 +1,7 @@
 #pragma once
-// A source of 0, 1, ..., n - 1 named "numbers": what many pipeline tests feed
-// their stages with, so an item's value is its source order.
+// A source of 0, 1, ..., n - 1 named "numbers" (n < 0: endless, for tests that
+// stop the run): what many pipeline tests feed their stages with, so an item's
+// value is its source order.
 #include <dflash/pipeline/stage.hpp>
 
 #include <optional>
@@ -13,7 +14,7 @@ struct numbers {
   using output_type = int;
   int n = 0, next = 0;
   std::optional<int> operator()() {
-    if (next >= n) return std::nullopt;
+    if (n >= 0 && next >= n) return std::nullopt;
     return next++;
   }
 };
