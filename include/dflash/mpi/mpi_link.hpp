@@ -386,12 +386,13 @@ class link_core final : public channel {
   // Everything the sink handed over: one batch per consumer, each to the
   // consumer with the fewest of this rank's items in flight at the time.
   bool post_batches(MPI_Comm c) {
-    std::vector<std::vector<T>> to(consumers_.size());
+    auto& to = to_;
     {
       std::lock_guard lk(m_);
       // Items queued while a header is in flight wait for it (they go as one
       // batch), unless the sink is blocked for credits or closing.
       if (outbox_.empty() || (headers_in_flight_ > 0 && blocked_senders_ == 0 && !closing_)) return false;
+      to.resize(consumers_.size());
       for (auto& x : outbox_) {
         std::size_t k = 0;
         for (std::size_t i = 1; i < consumers_.size(); ++i)
@@ -411,6 +412,7 @@ class link_core final : public channel {
     for (std::size_t k = 0; k < to.size(); ++k) {
       if (to[k].empty()) continue;
       auto& s = sends_.emplace_back(send_rec{std::move(to[k]), {}, {}});
+      to[k].clear();  // moved from: empty for the next batch
       s.header.push_back(std::byte{batch_marker});
       put_word(s.header, static_cast<frame_word>(s.items.size()));
       bufs.clear();
@@ -452,7 +454,8 @@ class link_core final : public channel {
           busy = true;
         }
       }
-      if (it->header_done && test_all(it->reqs)) {
+      // a batch of items without buffers is done with its header (FIN has no items: tested here)
+      if (it->header_done && ((it->reqs.size() == 1 && !it->items.empty()) || test_all(it->reqs))) {
         std::lock_guard lk(m_);
         if constexpr (reusable)
           for (auto& x : it->items)
@@ -737,6 +740,7 @@ class link_core final : public channel {
   std::vector<std::pair<frame_word, std::pair<std::size_t, std::size_t>>> spans_;
   std::vector<bool> blocked_;
   std::vector<std::pair<int, std::uint64_t>> due_;
+  std::vector<std::vector<T>> to_;  // per consumer: the items of the batch being posted
 };
 
 }  // namespace detail
