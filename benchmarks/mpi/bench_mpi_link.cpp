@@ -7,7 +7,10 @@
 // with the job started and its links attached; process CPU time over that
 // second, as a share of one core.
 //
-// Usage: mpirun -np 2 bench_mpi_link [rounds=11]
+// Usage: mpirun -np 2 bench_mpi_link [rounds=11] [--benchmark_out=PATH]
+// With --benchmark_out (scripts/bench.sh passes it) rank 1 also writes the
+// comparison JSON of benchmarks/compare.hpp for scripts/bench_report.py:
+// per shape, link/raw against both baselines, and the idle job's CPU share.
 //
 // Like for like: the raw loop sends one buffer again and again, so the link's
 // producer reuses the items whose send completed (take_sent) and its consumer
@@ -19,6 +22,8 @@
 
 #include <dflash/dflash.hpp>
 #include <dflash/mpi.hpp>
+
+#include "../compare.hpp"
 
 #include <sys/resource.h>
 
@@ -121,7 +126,8 @@ double link_round(int rank, Link& link, int n, Make make) {
 }
 
 template <class Link, class Make>
-void compare(const char* what, dflash::mpi::job& job, Link& link, std::size_t bytes, int n, int rounds, Make make) {
+void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& job, Link& link, std::size_t bytes,
+             int n, int rounds, Make make) {
   const int rank = job.rank();
   std::vector<std::vector<std::uint8_t>> one(1, std::vector<std::uint8_t>(bytes, 1));
   std::vector<std::vector<std::uint8_t>> many(2 * Link::depth, std::vector<std::uint8_t>(bytes, 1));
@@ -154,6 +160,12 @@ void compare(const char* what, dflash::mpi::job& job, Link& link, std::size_t by
   std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)\n", what, Q.median, Q.lo,
               Q.hi, many.size(), M.median, M.lo, M.hi);
   std::fflush(stdout);
+  // The like-for-like baseline first (the report's targets are against it), then MPI's best case.
+  const auto L = summarize(lnk);
+  cmp.add_row(what, "mpi_link", many_label + " buffers in turn (like for like)", rounds, L.median,
+              summarize(raw_many).median, {M.median, M.lo, M.hi});
+  cmp.add_row(what, "mpi_link", "raw, one buffer again and again (MPI best case)", rounds, L.median,
+              summarize(raw).median, {Q.median, Q.lo, Q.hi});
 }
 
 double process_cpu_seconds() {
@@ -184,16 +196,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   int rounds = 11;
-  if (argc > 1) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--benchmark_", 0) == 0) continue;  // --benchmark_out=PATH: written below; the others do not apply
     char* end = nullptr;
-    const long v = std::strtol(argv[1], &end, 10);
-    if (*end || v < 1 || v > 1000) {
-      std::fprintf(stderr, "bench_mpi_link: rounds must be an integer in 1..1000 (got '%s')\n", argv[1]);
+    const long v = std::strtol(argv[i], &end, 10);
+    if (a.empty() || *end || v < 1 || v > 1000) {
+      std::fprintf(stderr, "bench_mpi_link: rounds must be an integer in 1..1000 (got '%s')\n", argv[i]);
       MPI_Finalize();
       return 2;
     }
     rounds = static_cast<int>(v);
   }
+  dflash_bench::comparison cmp{"bench_mpi_link", "items/s", {}, {}};
   {
     dflash::mpi::job job(argc, argv);
     job.start();
@@ -208,11 +223,11 @@ int main(int argc, char** argv) {
       s.w[0] = static_cast<std::uint64_t>(i);
       return s;
     };
-    compare("64 B items, depth 8", job, small, sizeof(small_item), 100000, rounds, make_small);
-    compare("64 B items, depth 64", job, small64, sizeof(small_item), 100000, rounds, make_small);
+    compare(cmp, "64 B items, depth 8", job, small, sizeof(small_item), 100000, rounds, make_small);
+    compare(cmp, "64 B items, depth 64", job, small64, sizeof(small_item), 100000, rounds, make_small);
     for (const auto [bytes, n, label] : {std::tuple{std::size_t{1} << 20, 1000, "1 MiB items, depth 8"},
                                          std::tuple{std::size_t{64} << 20, 24, "64 MiB items, depth 8"}}) {
-      compare(label, job, big, bytes, n, rounds, [bytes](big_item b, int i) {
+      compare(cmp, label, job, big, bytes, n, rounds, [bytes](big_item b, int i) {
         b.seq = static_cast<std::uint64_t>(i);
         b.bytes.resize(bytes, 7);  // a reused item already has it: no work
         return b;
@@ -227,9 +242,15 @@ int main(int argc, char** argv) {
     const double share = (process_cpu_seconds() - c0) / std::chrono::duration<double>(clock_type::now() - t0).count();
     double shares[2] = {0, 0};
     MPI_Gather(&share, 1, MPI_DOUBLE, shares, 1, MPI_DOUBLE, 1, MPI_COMM_WORLD);
-    if (job.rank() == 1)
+    if (job.rank() == 1) {
       std::printf("idle job, 1 s: process CPU %.2f %% (rank 0), %.2f %% (rank 1) of one core; load average at end: %s\n",
                   100 * shares[0], 100 * shares[1], load_average().c_str());
+      cmp.unit = "share of one core";  // process CPU / wall time, against one busy core
+      for (int r = 0; r < 2; ++r)
+        cmp.add_row("idle job 1 s", r == 0 ? "mpi job, rank 0 (producer)" : "mpi job, rank 1 (consumer)",
+                    "one busy core", 1, shares[r], 1.0, {shares[r], shares[r], shares[r]});
+      cmp.write(argc, argv);
+    }
     (void)job.finish();
   }
   MPI_Finalize();
