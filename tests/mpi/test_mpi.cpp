@@ -884,7 +884,8 @@ int throw_before_start(int argc, char** argv) {
 // layout does not match the producers'. Checked: every item arrives exactly
 // once, or the job reports an error on every rank that finished, rank 0
 // naming the faulty rank; no item twice or made up; each consumer gets each
-// producer's items in order; never a hang (watchdog).
+// producer's items in order; no message left unmatched on a rank that
+// finished; never a hang (watchdog).
 // A failure prints the (seed, index) pair and the command that replays it.
 struct scenario {
   std::uint64_t seed = 0;
@@ -1026,6 +1027,19 @@ void scenario_rank(const scenario& sc, outcome& o) {
   const auto res = job.finish();
   o.status = res.ok ? 0 : 1;
   o.error = res.error;
+  // After finish() nothing is received on the job's communicator any more: a
+  // message still there is one a link or the job left unmatched (its
+  // unsynchronised headers and credits must be closed by a synchronous one).
+  for (int k = 0; k < 200; ++k) {  // each probe also moves MPI's progress
+    int pending = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job.comm(), &pending, &st);
+    if (!pending) continue;
+    std::fprintf(stderr, "rank %d: a message from rank %d, tag %d, is left unmatched after finish()\n", me,
+                 st.MPI_SOURCE, st.MPI_TAG);
+    o.status = 4;  // judged "failed unexpectedly"
+    break;
+  }
 }
 
 // Rank 0's verdict on one scenario; the empty string if it holds.
