@@ -136,6 +136,8 @@ TARGETS = [
      "bench_mpi_link", "64 B items, depth 8", "mpi_link", "like for like", 0.5, True),
     ("mpi_link / raw MPI, one buffer again and again (MPI best case), 64 B items, depth 8", "MPI 64B d8 best",
      "bench_mpi_link", "64 B items, depth 8", "mpi_link", "MPI best case", None, True),
+    ("mpi_link / credit-window bound (8 items per MPI round trip), 64 B items, depth 8", "MPI 64B d8 bound",
+     "bench_mpi_link", "64 B items, depth 8", "mpi_link", "credit-window bound", None, True),
     ("mpi_link / raw MPI_Send/MPI_Recv (like for like), 1 MiB items, depth 8", "MPI 1MiB", "bench_mpi_link",
      "1 MiB items, depth 8", "mpi_link", "like for like", 0.9, True),
     ("mpi_link / raw MPI, one buffer (MPI best case), 1 MiB items, depth 8", "MPI 1MiB best", "bench_mpi_link",

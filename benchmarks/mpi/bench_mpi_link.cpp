@@ -2,8 +2,10 @@
 // same run: rounds interleaved (raw, link, raw xN, raw, link, raw xN, ...),
 // median and [min..max] over rounds of items/s and bytes/s, and the link/raw
 // ratios per round. "raw" sends one buffer again and again; "raw xN" cycles
-// through 2 x Depth buffers, as many as the link's items cycle through. Rank 0 sends, rank 1 receives; a round is timed on the receiver
-// between two barriers. Then the CPU an idle job burns: both ranks sleep 1 s
+// through 2 x Depth buffers, as many as the link's items cycle through; for
+// small items "bound" is what a credit window of Depth items allows at most
+// (Depth items per MPI round trip, see window_bound_round). Rank 0 sends,
+// rank 1 receives; a round is timed on the receiver between two barriers. Then the CPU an idle job burns: both ranks sleep 1 s
 // with the job started and its links attached; process CPU time over that
 // second, as a share of one core.
 //
@@ -90,6 +92,29 @@ double raw_round(int rank, std::size_t bytes, int n, std::vector<std::vector<std
   return s;
 }
 
+// What any link with a credit window of `depth` items can reach at most: an
+// item's credit comes back no sooner than one MPI round trip (the item there,
+// the credit back) after it was sent, so at most depth items per round trip
+// (Little's law). Measured as blocking ping-pongs of one item and an 8-byte
+// reply; returns depth items per round trip, in items/s.
+double window_bound_round(int rank, std::size_t bytes, int trips, std::size_t depth, std::vector<std::uint8_t>& buf) {
+  std::uint64_t credit = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < trips; ++i) {
+    if (rank == 0) {
+      MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, 1, 8, MPI_COMM_WORLD);
+      MPI_Recv(&credit, 1, MPI_UINT64_T, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(buf.data(), static_cast<int>(bytes), MPI_BYTE, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(&credit, 1, MPI_UINT64_T, 0, 9, MPI_COMM_WORLD);
+    }
+  }
+  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  MPI_Barrier(MPI_COMM_WORLD);
+  return static_cast<double>(depth) * trips / s;
+}
+
 // An item to send: one whose send completed if the link gives it back, else a new one.
 template <class Link, class Make>
 typename Link::value_type next_item(Link& link, Make& make, int i) {
@@ -131,7 +156,10 @@ void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& 
   const int rank = job.rank();
   std::vector<std::vector<std::uint8_t>> one(1, std::vector<std::uint8_t>(bytes, 1));
   std::vector<std::vector<std::uint8_t>> many(2 * Link::depth, std::vector<std::uint8_t>(bytes, 1));
-  std::vector<double> raw, raw_many, lnk, ratio, ratio_many;
+  std::vector<double> raw, raw_many, lnk, ratio, ratio_many, bound, ratio_bound;
+  // The credit-window bound matters where the round trip, not the copy, limits: small items.
+  const bool small = bytes <= 4096;
+  const int trips = std::max(1, n / static_cast<int>(Link::depth));
   link_round(rank, link, std::max(1, n / 10), make);  // warm-up: connections, allocations
   raw_round(rank, bytes, std::max(1, n / 10), one);
   raw_round(rank, bytes, std::max(1, n / 10), many);
@@ -144,6 +172,10 @@ void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& 
     raw_many.push_back(n / c);
     ratio.push_back(a / b);  // link throughput / raw throughput, same round
     ratio_many.push_back(c / b);
+    if (small) {
+      bound.push_back(window_bound_round(rank, bytes, trips, Link::depth, one[0]));
+      ratio_bound.push_back((n / b) / bound.back());
+    }
   }
   if (rank != 1) return;  // the receiver timed it
   const double gb = static_cast<double>(bytes) / 1e9;
@@ -156,9 +188,15 @@ void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& 
   const std::string many_label = "raw x" + std::to_string(many.size());
   line(many_label.c_str(), raw_many);
   line("link", lnk);
+  if (small) line("bound", bound);  // depth items per MPI round trip
   const auto Q = summarize(ratio), M = summarize(ratio_many);
-  std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)\n", what, Q.median, Q.lo,
+  std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)", what, Q.median, Q.lo,
               Q.hi, many.size(), M.median, M.lo, M.hi);
+  if (small) {
+    const auto B = summarize(ratio_bound);
+    std::printf("   link/bound %.2f [%.2f..%.2f]", B.median, B.lo, B.hi);
+  }
+  std::printf("\n");
   std::fflush(stdout);
   // The like-for-like baseline first (the report's targets are against it), then MPI's best case.
   const auto L = summarize(lnk);
@@ -166,6 +204,11 @@ void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& 
               summarize(raw_many).median, {M.median, M.lo, M.hi});
   cmp.add_row(what, "mpi_link", "raw, one buffer again and again (MPI best case)", rounds, L.median,
               summarize(raw).median, {Q.median, Q.lo, Q.hi});
+  if (small) {
+    const auto B = summarize(ratio_bound);
+    cmp.add_row(what, "mpi_link", "credit-window bound: depth items per MPI round trip", rounds, L.median,
+                summarize(bound).median, {B.median, B.lo, B.hi});
+  }
 }
 
 double process_cpu_seconds() {
