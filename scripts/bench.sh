@@ -34,7 +34,8 @@ done < <(find "$build/benchmarks" -type f -executable ! -name 'zero_cost_*' ! -n
 mpi_bench=$build/benchmarks/mpi/bench_mpi_link
 if [[ -x $mpi_bench ]] && command -v mpirun >/dev/null; then
   echo "== bench_mpi_link (mpirun -np 2)"
-  mpirun --oversubscribe --allow-run-as-root -np 2 "$mpi_bench" 9 | tee "$results/bench_mpi_link.txt"
+  mpirun --oversubscribe --allow-run-as-root -np 2 "$mpi_bench" 9 --benchmark_out="$results/bench_mpi_link.json" \
+    | tee "$results/bench_mpi_link.txt"
 fi
 
 # Compile time: a dflash pipeline TU and examples/quickstart.cpp next to the same pipeline in

@@ -104,7 +104,7 @@ def comparison_table(data):
 
 
 # The performance targets: (what, plot label, comparison file, shape, subject substring, anchor substring, target,
-# higher is better)
+# higher is better); target None: a reference row shown next to a target's row, with no target of its own
 TARGETS = [
     ("Pipeline (direct_link) / tbb::parallel_pipeline, 50/20 µs, depth 2", "direct/TBB 50us d2", "pipeline_vs_tbb",
      "50/20 us work, depth 2", "direct_link", "tbb", 0.95, True),
@@ -130,6 +130,26 @@ TARGETS = [
      "mutex", 1.5, True),
     ("bounded_queue / moodycamel BlockingConcurrentQueue, 1P1C cap 1024 (within 2×)", "1P1C/moodycamel", "compare_queue",
      "1P1C cap 1024", "bounded_queue", "moodycamel", 0.5, True),
+    # MPI link: against raw MPI cycling through as many buffers as the link's items do (like for like);
+    # the one-buffer row is MPI's best case (one buffer stays in cache), shown so nothing is hidden.
+    ("mpi_link / raw MPI_Send/MPI_Recv (2×depth buffers, like for like), 64 B items, depth 8", "MPI 64B d8",
+     "bench_mpi_link", "64 B items, depth 8", "mpi_link", "like for like", 0.5, True),
+    ("mpi_link / raw MPI, one buffer again and again (MPI best case), 64 B items, depth 8", "MPI 64B d8 best",
+     "bench_mpi_link", "64 B items, depth 8", "mpi_link", "MPI best case", None, True),
+    ("mpi_link / credit-window bound (8 items per MPI round trip), 64 B items, depth 8", "MPI 64B d8 bound",
+     "bench_mpi_link", "64 B items, depth 8", "mpi_link", "credit-window bound", None, True),
+    ("mpi_link / raw MPI_Send/MPI_Recv (like for like), 1 MiB items, depth 8", "MPI 1MiB", "bench_mpi_link",
+     "1 MiB items, depth 8", "mpi_link", "like for like", 0.9, True),
+    ("mpi_link / raw MPI, one buffer (MPI best case), 1 MiB items, depth 8", "MPI 1MiB best", "bench_mpi_link",
+     "1 MiB items, depth 8", "mpi_link", "MPI best case", None, True),
+    ("mpi_link / raw MPI_Send/MPI_Recv (like for like), 64 MiB items, depth 8", "MPI 64MiB", "bench_mpi_link",
+     "64 MiB items, depth 8", "mpi_link", "like for like", 0.9, True),
+    ("mpi_link / raw MPI, one buffer (MPI best case), 64 MiB items, depth 8", "MPI 64MiB best", "bench_mpi_link",
+     "64 MiB items, depth 8", "mpi_link", "MPI best case", None, True),
+    ("Idle MPI job (links attached), producer rank: process CPU / one core, 1 s", "idle MPI r0", "bench_mpi_link",
+     "idle job 1 s", "rank 0", "one busy core", 0.01, False),
+    ("Idle MPI job (links attached), consumer rank: process CPU / one core, 1 s", "idle MPI r1", "bench_mpi_link",
+     "idle job 1 s", "rank 1", "one busy core", 0.01, False),
     ("AccumulatingProfiler<tsc_clock> zone / bare TSC pair (cost)", "zone/TSC pair", "compare_profiler", "TSC clock",
      "AccumulatingProfiler", "bare", 1.15, False),
     ("Flow tracking on / off (AccumulatingProfiler), process CPU per item, 50/20 µs, queue_link", "flow on/off queue",
@@ -151,9 +171,13 @@ def targets_table(comparisons, plot):
                     and anchor in r["anchor"]), None)
         if row is None:
             out.append(f"| {what} | not measured ({file} missing or anchor skipped) | "
-                       f"{'≥' if higher else '≤'} {target} | — |")
+                       f"{'none (reference)' if target is None else ('≥' if higher else '≤') + ' ' + str(target)} | — |")
             continue
         r = row["ratio_median"]
+        if target is None:
+            out.append(f"| {what} | {r:.3f} [{row['ratio_min']:.2f} .. {row['ratio_max']:.2f}] | none (reference) | — |")
+            plot.append((label, r))
+            continue
         met = r >= target if higher else r <= target
         out.append(f"| {what} | **{r:.3f}** [{row['ratio_min']:.2f} .. {row['ratio_max']:.2f}] | "
                    f"{'≥' if higher else '≤'} {target} | {'yes' if met else '**no**'} |")

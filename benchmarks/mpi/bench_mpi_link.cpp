@@ -2,12 +2,17 @@
 // same run: rounds interleaved (raw, link, raw xN, raw, link, raw xN, ...),
 // median and [min..max] over rounds of items/s and bytes/s, and the link/raw
 // ratios per round. "raw" sends one buffer again and again; "raw xN" cycles
-// through 2 x Depth buffers, as many as the link's items cycle through. Rank 0 sends, rank 1 receives; a round is timed on the receiver
-// between two barriers. Then the CPU an idle job burns: both ranks sleep 1 s
+// through 2 x Depth buffers, as many as the link's items cycle through; for
+// small items "bound" is what a credit window of Depth items allows at most
+// (Depth items per MPI round trip, see window_bound_round). Rank 0 sends,
+// rank 1 receives; a round is timed on the receiver between two barriers. Then the CPU an idle job burns: both ranks sleep 1 s
 // with the job started and its links attached; process CPU time over that
 // second, as a share of one core.
 //
-// Usage: mpirun -np 2 bench_mpi_link [rounds=11]
+// Usage: mpirun -np 2 bench_mpi_link [rounds=11] [--benchmark_out=PATH]
+// With --benchmark_out (scripts/bench.sh passes it) rank 1 also writes the
+// comparison JSON of benchmarks/compare.hpp for scripts/bench_report.py:
+// per shape, link/raw against both baselines, and the idle job's CPU share.
 //
 // Like for like: the raw loop sends one buffer again and again, so the link's
 // producer reuses the items whose send completed (take_sent) and its consumer
@@ -19,6 +24,8 @@
 
 #include <dflash/dflash.hpp>
 #include <dflash/mpi.hpp>
+
+#include "../compare.hpp"
 
 #include <sys/resource.h>
 
@@ -85,6 +92,29 @@ double raw_round(int rank, std::size_t bytes, int n, std::vector<std::vector<std
   return s;
 }
 
+// What any link with a credit window of `depth` items can reach at most: an
+// item's credit comes back no sooner than one MPI round trip (the item there,
+// the credit back) after it was sent, so at most depth items per round trip
+// (Little's law). Measured as blocking ping-pongs of one item and an 8-byte
+// reply; returns depth items per round trip, in items/s.
+double window_bound_round(int rank, std::size_t bytes, int trips, std::size_t depth, std::vector<std::uint8_t>& buf) {
+  std::uint64_t credit = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < trips; ++i) {
+    if (rank == 0) {
+      MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, 1, 8, MPI_COMM_WORLD);
+      MPI_Recv(&credit, 1, MPI_UINT64_T, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(buf.data(), static_cast<int>(bytes), MPI_BYTE, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(&credit, 1, MPI_UINT64_T, 0, 9, MPI_COMM_WORLD);
+    }
+  }
+  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  MPI_Barrier(MPI_COMM_WORLD);
+  return static_cast<double>(depth) * trips / s;
+}
+
 // An item to send: one whose send completed if the link gives it back, else a new one.
 template <class Link, class Make>
 typename Link::value_type next_item(Link& link, Make& make, int i) {
@@ -121,11 +151,15 @@ double link_round(int rank, Link& link, int n, Make make) {
 }
 
 template <class Link, class Make>
-void compare(const char* what, dflash::mpi::job& job, Link& link, std::size_t bytes, int n, int rounds, Make make) {
+void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& job, Link& link, std::size_t bytes,
+             int n, int rounds, Make make) {
   const int rank = job.rank();
   std::vector<std::vector<std::uint8_t>> one(1, std::vector<std::uint8_t>(bytes, 1));
   std::vector<std::vector<std::uint8_t>> many(2 * Link::depth, std::vector<std::uint8_t>(bytes, 1));
-  std::vector<double> raw, raw_many, lnk, ratio, ratio_many;
+  std::vector<double> raw, raw_many, lnk, ratio, ratio_many, bound, ratio_bound;
+  // The credit-window bound matters where the round trip, not the copy, limits: small items.
+  const bool small = bytes <= 4096;
+  const int trips = std::max(1, n / static_cast<int>(Link::depth));
   link_round(rank, link, std::max(1, n / 10), make);  // warm-up: connections, allocations
   raw_round(rank, bytes, std::max(1, n / 10), one);
   raw_round(rank, bytes, std::max(1, n / 10), many);
@@ -138,6 +172,10 @@ void compare(const char* what, dflash::mpi::job& job, Link& link, std::size_t by
     raw_many.push_back(n / c);
     ratio.push_back(a / b);  // link throughput / raw throughput, same round
     ratio_many.push_back(c / b);
+    if (small) {
+      bound.push_back(window_bound_round(rank, bytes, trips, Link::depth, one[0]));
+      ratio_bound.push_back((n / b) / bound.back());
+    }
   }
   if (rank != 1) return;  // the receiver timed it
   const double gb = static_cast<double>(bytes) / 1e9;
@@ -150,10 +188,27 @@ void compare(const char* what, dflash::mpi::job& job, Link& link, std::size_t by
   const std::string many_label = "raw x" + std::to_string(many.size());
   line(many_label.c_str(), raw_many);
   line("link", lnk);
+  if (small) line("bound", bound);  // depth items per MPI round trip
   const auto Q = summarize(ratio), M = summarize(ratio_many);
-  std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)\n", what, Q.median, Q.lo,
+  std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)", what, Q.median, Q.lo,
               Q.hi, many.size(), M.median, M.lo, M.hi);
+  if (small) {
+    const auto B = summarize(ratio_bound);
+    std::printf("   link/bound %.2f [%.2f..%.2f]", B.median, B.lo, B.hi);
+  }
+  std::printf("\n");
   std::fflush(stdout);
+  // The like-for-like baseline first (the report's targets are against it), then MPI's best case.
+  const auto L = summarize(lnk);
+  cmp.add_row(what, "mpi_link", many_label + " buffers in turn (like for like)", rounds, L.median,
+              summarize(raw_many).median, {M.median, M.lo, M.hi});
+  cmp.add_row(what, "mpi_link", "raw, one buffer again and again (MPI best case)", rounds, L.median,
+              summarize(raw).median, {Q.median, Q.lo, Q.hi});
+  if (small) {
+    const auto B = summarize(ratio_bound);
+    cmp.add_row(what, "mpi_link", "credit-window bound: depth items per MPI round trip", rounds, L.median,
+                summarize(bound).median, {B.median, B.lo, B.hi});
+  }
 }
 
 double process_cpu_seconds() {
@@ -184,16 +239,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   int rounds = 11;
-  if (argc > 1) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--benchmark_", 0) == 0) continue;  // --benchmark_out=PATH: written below; the others do not apply
     char* end = nullptr;
-    const long v = std::strtol(argv[1], &end, 10);
-    if (*end || v < 1 || v > 1000) {
-      std::fprintf(stderr, "bench_mpi_link: rounds must be an integer in 1..1000 (got '%s')\n", argv[1]);
+    const long v = std::strtol(argv[i], &end, 10);
+    if (a.empty() || *end || v < 1 || v > 1000) {
+      std::fprintf(stderr, "bench_mpi_link: rounds must be an integer in 1..1000 (got '%s')\n", argv[i]);
       MPI_Finalize();
       return 2;
     }
     rounds = static_cast<int>(v);
   }
+  dflash_bench::comparison cmp{"bench_mpi_link", "items/s", {}, {}};
   {
     dflash::mpi::job job(argc, argv);
     job.start();
@@ -208,11 +266,11 @@ int main(int argc, char** argv) {
       s.w[0] = static_cast<std::uint64_t>(i);
       return s;
     };
-    compare("64 B items, depth 8", job, small, sizeof(small_item), 100000, rounds, make_small);
-    compare("64 B items, depth 64", job, small64, sizeof(small_item), 100000, rounds, make_small);
+    compare(cmp, "64 B items, depth 8", job, small, sizeof(small_item), 100000, rounds, make_small);
+    compare(cmp, "64 B items, depth 64", job, small64, sizeof(small_item), 100000, rounds, make_small);
     for (const auto [bytes, n, label] : {std::tuple{std::size_t{1} << 20, 1000, "1 MiB items, depth 8"},
                                          std::tuple{std::size_t{64} << 20, 24, "64 MiB items, depth 8"}}) {
-      compare(label, job, big, bytes, n, rounds, [bytes](big_item b, int i) {
+      compare(cmp, label, job, big, bytes, n, rounds, [bytes](big_item b, int i) {
         b.seq = static_cast<std::uint64_t>(i);
         b.bytes.resize(bytes, 7);  // a reused item already has it: no work
         return b;
@@ -227,9 +285,15 @@ int main(int argc, char** argv) {
     const double share = (process_cpu_seconds() - c0) / std::chrono::duration<double>(clock_type::now() - t0).count();
     double shares[2] = {0, 0};
     MPI_Gather(&share, 1, MPI_DOUBLE, shares, 1, MPI_DOUBLE, 1, MPI_COMM_WORLD);
-    if (job.rank() == 1)
+    if (job.rank() == 1) {
       std::printf("idle job, 1 s: process CPU %.2f %% (rank 0), %.2f %% (rank 1) of one core; load average at end: %s\n",
                   100 * shares[0], 100 * shares[1], load_average().c_str());
+      cmp.unit = "share of one core";  // process CPU / wall time, against one busy core
+      for (int r = 0; r < 2; ++r)
+        cmp.add_row("idle job 1 s", r == 0 ? "mpi job, rank 0 (producer)" : "mpi job, rank 1 (consumer)",
+                    "one busy core", 1, shares[r], 1.0, {shares[r], shares[r], shares[r]});
+      cmp.write(argc, argv);
+    }
     (void)job.finish();
   }
   MPI_Finalize();

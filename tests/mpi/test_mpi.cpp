@@ -526,6 +526,51 @@ int batches(int argc, char** argv) {
   return failures;
 }
 
+// Batch headers and credits go unsynchronised (MPI_Isend); the link ends each
+// such stream with a synchronous message before its rank says FINAL. After
+// finish() on every rank nothing of a link may be left unmatched on the job's
+// communicator: neither with a producer that closed (FIN ends its headers)
+// nor with one that only stopped sending (a marker ends them), nor for the
+// consumer's credits. Endpoints used directly, as a benchmark or a custom
+// loop does, without job::run.
+int all_matched(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  dflash::mpi::mpi_link<tick, "am_open", depth> open(job, {0}, {1});
+  dflash::mpi::mpi_link<tick, "am_closed", depth> closed(job, {0}, {1});
+  const int items = 997;  // not a multiple of the credit batch: some credits are still due at the end
+  dflash::NullProfiler np;
+  if (job.rank() == 0) {
+    for (int i = 0; i < items; ++i) {
+      open.send(tick{0, i, 0}, np);
+      closed.send(tick{0, i, 0}, np);
+    }
+    closed.close();
+  } else {
+    std::int32_t next_open = 0, next_closed = 0;
+    for (int i = 0; i < items; ++i) {
+      auto a = open.receive(np);
+      RANK_CHECK(a && a->seq == next_open++);
+      auto b = closed.receive(np);
+      RANK_CHECK(b && b->seq == next_closed++);
+    }
+    RANK_CHECK(!closed.receive(np));  // FIN
+  }
+  (void)job.finish();
+  MPI_Barrier(job.comm());  // every rank finished: whatever it sent is on its way
+  int pending = 0;
+  for (int k = 0; k < 2000 && !pending; ++k) {  // each probe also moves MPI's progress
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job.comm(), &pending, &st);
+    if (pending)
+      std::fprintf(stderr, "rank %d: a message from rank %d, tag %d, is left unmatched after finish()\n",
+                   job.rank(), st.MPI_SOURCE, st.MPI_TAG);
+  }
+  RANK_CHECK(!pending);
+  return failures;
+}
+
 // A blocked send or receive makes its link's MPI calls itself (job::drive)
 // rather than handing each item or credit to the progress thread: on both
 // ranks stage threads drove the link, and every item still arrived once.
@@ -839,7 +884,8 @@ int throw_before_start(int argc, char** argv) {
 // layout does not match the producers'. Checked: every item arrives exactly
 // once, or the job reports an error on every rank that finished, rank 0
 // naming the faulty rank; no item twice or made up; each consumer gets each
-// producer's items in order; never a hang (watchdog).
+// producer's items in order; no message left unmatched on a rank that
+// finished; never a hang (watchdog).
 // A failure prints the (seed, index) pair and the command that replays it.
 struct scenario {
   std::uint64_t seed = 0;
@@ -981,6 +1027,19 @@ void scenario_rank(const scenario& sc, outcome& o) {
   const auto res = job.finish();
   o.status = res.ok ? 0 : 1;
   o.error = res.error;
+  // After finish() nothing is received on the job's communicator any more: a
+  // message still there is one a link or the job left unmatched (its
+  // unsynchronised headers and credits must be closed by a synchronous one).
+  for (int k = 0; k < 200; ++k) {  // each probe also moves MPI's progress
+    int pending = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job.comm(), &pending, &st);
+    if (!pending) continue;
+    std::fprintf(stderr, "rank %d: a message from rank %d, tag %d, is left unmatched after finish()\n", me,
+                 st.MPI_SOURCE, st.MPI_TAG);
+    o.status = 4;  // judged "failed unexpectedly"
+    break;
+  }
 }
 
 // Rank 0's verdict on one scenario; the empty string if it holds.
@@ -1254,6 +1313,7 @@ int main(int argc, char** argv) {
     if (mode == "idle") return idle(argc, argv);
     if (mode == "batches") return batches(argc, argv);
     if (mode == "driven") return driven(argc, argv);
+    if (mode == "all_matched") return all_matched(argc, argv);
     if (mode == "reuse") return reuse(argc, argv);
     if (mode == "stress") return stress(argc, argv);
     if (mode == "oversize") return oversize(argc, argv);
@@ -1276,7 +1336,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, driven, stress, oversize, layout_mismatch, unwind_prof_first, "
+                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, driven, all_matched, stress, oversize, layout_mismatch, unwind_prof_first, "
                        "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress)\n", mode.c_str());
   return 2;
 }

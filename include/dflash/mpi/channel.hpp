@@ -17,7 +17,10 @@ class channel {
   /// stopped taking items before every producer finished): the job then
   /// stops every rank, as producers would otherwise wait for credits forever.
   virtual bool finish_sending() = 0;
-  /// Every send of this rank on the link has completed (matched).
+  /// Every send of this rank on the link has completed (matched). Asked
+  /// only when this rank is about to say FINAL (nothing of the link is sent
+  /// after it), so a link may then post the synchronous messages that end
+  /// its unsynchronised streams, and answer true once they matched.
   virtual bool quiescent() = 0;
   /// MPI requests of this link are in flight here (sends or receives not
   /// complete): the progress thread keeps polling (see progress_waker).

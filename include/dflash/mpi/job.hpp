@@ -51,9 +51,12 @@
 // collective saying so, and start() on the other ranks throws naming it.
 //
 // Clean shutdown: every message is sent with MPI_Issend (complete = matched by
-// the receiver), and a rank sends its FINAL message to rank 0 only after all
-// its sends completed; rank 0 answers every FINAL with BYE. So no message is
-// left unmatched at MPI_Finalize.
+// the receiver), or, for a link's batch headers and credits, with MPI_Isend in
+// a stream that the link ends with an MPI_Issend on the same tag before FINAL
+// (MPI keeps one source's messages on one tag in order: its match proves
+// theirs); a rank sends its FINAL message to rank 0 only after all its sends
+// completed; rank 0 answers every FINAL with BYE. So no message is left
+// unmatched at MPI_Finalize.
 
 #include <mpi.h>
 

@@ -40,10 +40,17 @@
 //   (source blocked for an item), plus the stages' own "<Name>.send.*" /
 //   "<Name>.recv.*".
 // * Wire: trivially copyable T, or wire<T> (wire.hpp). Items queued while
-//   a batch header is unmatched (or while the sink waits for credits) go
+//   a batch header is in flight (or while the sink waits for credits) go
 //   as one header message per consumer (small items cross as their
-//   headers: a message per credit window, not per item), then each buffer
-//   straight from the item's memory (MPI_Issend, no staging copy).
+//   headers), then each buffer straight from the item's memory
+//   (MPI_Issend, no staging copy).
+// * Unsynchronised headers and credits: batch headers and credits are
+//   MPI_Isend (no acknowledgement from the receiver: a 64-byte item would
+//   otherwise pay a message back per batch and per credit). Each such
+//   stream ends with a synchronous message on its tag (FIN, or an empty
+//   marker / credit when the rank says FINAL, see quiescent()): MPI keeps
+//   one source's messages on one tag in order, so its match proves every
+//   earlier one matched and nothing is left unmatched at MPI_Finalize.
 // * Threads: a blocked send / receive makes the link's MPI calls itself
 //   (job::drive) for a while before it sleeps, and an item or credit
 //   handed over is posted by the calling thread when the job's MPI lock is
@@ -76,6 +83,7 @@
 #include <vector>
 
 #include "dflash/mpi/job.hpp"
+#include "dflash/mpi/owned_sends.hpp"
 #include "dflash/mpi/wire.hpp"
 #include "dflash/pipeline/pipeline.hpp"
 #include "dflash/pipeline/stage.hpp"
@@ -217,12 +225,36 @@ class link_core final : public channel {
     return consumer_ && fins_ < producers_.size();
   }
 
+  // Asked when this rank is about to say FINAL (nothing more is sent after):
+  // the first time it is otherwise quiescent it ends its unsynchronised
+  // streams with a synchronous message each, and is quiescent once they
+  // matched.
   bool quiescent() override {
-    std::lock_guard lk(m_);
-    return sends_.empty() && (outbox_.empty() || stopped_) && (!closing_ || fin_sent_);
+    {
+      std::lock_guard lk(m_);
+      if (!sends_.empty() || (!(outbox_.empty() || stopped_)) || (closing_ && !fin_sent_)) return false;
+    }
+    if (!streams_closed_) {
+      streams_closed_ = true;
+      MPI_Comm c = job_.comm();
+      // headers: FIN (an MPI_Issend after the last batch) already ended them
+      if (producer_ && !fin_sent_)
+        for (int dest : consumers_) credits_out_.post({std::byte{sync_marker}}, dest, tag_header, c);
+      if (consumer_)
+        for (int r : producers_) {
+          std::uint64_t n = 0;
+          {
+            std::lock_guard lk(m_);
+            n = std::exchange(credit_due_[static_cast<std::size_t>(r)], 0);
+          }
+          credits_out_.post(wire_pack(n), r, tag_credit, c);
+        }
+    }
+    credits_out_.complete();
+    return credits_out_.empty();
   }
 
-  bool in_flight() override { return !sends_.empty() || !recvs_.empty(); }  // state under the job's MPI lock
+  bool in_flight() override { return !sends_.empty() || !recvs_.empty() || !credits_out_.empty(); }  // under the job's MPI lock
 
   bool progress() override {
     bool busy = false;
@@ -241,7 +273,9 @@ class link_core final : public channel {
   //   them and let the producer's sends complete), the length of its wire<T>
   //   header (the consumer checks it against its own layout), the header.
   // The buffers follow, item by item, in order.
-  static constexpr std::uint8_t batch_marker = 1;
+  // A 1-byte header message with sync_marker ends the unsynchronised header
+  // stream of a producer that did not close (see quiescent()); it carries no items.
+  static constexpr std::uint8_t batch_marker = 1, sync_marker = 2;
   using frame_word = std::uint32_t;
   // Credits go back when this many are due for a producer (or it has no items held here).
   static constexpr std::uint64_t credit_batch = Depth / 2 > 0 ? Depth / 2 : 1;
@@ -352,12 +386,13 @@ class link_core final : public channel {
   // Everything the sink handed over: one batch per consumer, each to the
   // consumer with the fewest of this rank's items in flight at the time.
   bool post_batches(MPI_Comm c) {
-    std::vector<std::vector<T>> to(consumers_.size());
+    auto& to = to_;
     {
       std::lock_guard lk(m_);
       // Items queued while a header is in flight wait for it (they go as one
       // batch), unless the sink is blocked for credits or closing.
       if (outbox_.empty() || (headers_in_flight_ > 0 && blocked_senders_ == 0 && !closing_)) return false;
+      to.resize(consumers_.size());
       for (auto& x : outbox_) {
         std::size_t k = 0;
         for (std::size_t i = 1; i < consumers_.size(); ++i)
@@ -377,6 +412,7 @@ class link_core final : public channel {
     for (std::size_t k = 0; k < to.size(); ++k) {
       if (to[k].empty()) continue;
       auto& s = sends_.emplace_back(send_rec{std::move(to[k]), {}, {}});
+      to[k].clear();  // moved from: empty for the next batch
       s.header.push_back(std::byte{batch_marker});
       put_word(s.header, static_cast<frame_word>(s.items.size()));
       bufs.clear();
@@ -390,8 +426,11 @@ class link_core final : public channel {
       // Sizes were checked by send(); posting is all or nothing.
       s.reqs.assign(1 + bufs.size(), MPI_REQUEST_NULL);
       const int dest = consumers_[k];
-      check(MPI_Issend(s.header.data(), static_cast<int>(s.header.size()), MPI_BYTE, dest, tag_header, c, &s.reqs[0]),
-            "MPI_Issend");
+      const int hn = static_cast<int>(s.header.size());
+      if (streams_closed_)  // after the closing marker every send must be matched before FINAL
+        check(MPI_Issend(s.header.data(), hn, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
+      else
+        check(MPI_Isend(s.header.data(), hn, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Isend");
       for (std::size_t b = 0; b < bufs.size(); ++b)
         check(MPI_Issend(bufs[b].data, static_cast<int>(bufs[b].bytes), MPI_BYTE, dest, tag_buffer, c, &s.reqs[1 + b]),
               "MPI_Issend");
@@ -415,7 +454,8 @@ class link_core final : public channel {
           busy = true;
         }
       }
-      if (it->header_done && test_all(it->reqs)) {
+      // a batch of items without buffers is done with its header (FIN has no items: tested here)
+      if (it->header_done && ((it->reqs.size() == 1 && !it->items.empty()) || test_all(it->reqs))) {
         std::lock_guard lk(m_);
         if constexpr (reusable)
           for (auto& x : it->items)
@@ -587,6 +627,7 @@ class link_core final : public channel {
         ++fins_;
         continue;
       }
+      if (n == 1 && header_in_[0] == std::byte{sync_marker}) continue;
       parse_batch(header_in_, st.MPI_SOURCE);
     }
     // buffer messages: matched in order per producer (an item's come before the next item's)
@@ -657,9 +698,11 @@ class link_core final : public channel {
       }
     }
     for (auto [r, n] : due) {
-      job_.post_owned(wire_pack(n), r, tag_credit);
+      credits_out_.post(wire_pack(n), r, tag_credit, c,
+                        streams_closed_ ? owned_sends::mode::synchronous : owned_sends::mode::unsynchronised);
       busy = true;
     }
+    busy |= credits_out_.complete();
     return busy;
   }
 
@@ -690,11 +733,14 @@ class link_core final : public channel {
   std::list<recv_rec> recvs_;
   std::vector<std::byte> header_in_;
   bool reported_ = false;
+  owned_sends credits_out_;      // credits, and the messages that end the unsynchronised streams
+  bool streams_closed_ = false;  // those were posted: every later send is synchronous
   std::vector<std::size_t> waiting_;  // per rank: its items in recvs_
   // scratch, kept to allocate nothing per pass
   std::vector<std::pair<frame_word, std::pair<std::size_t, std::size_t>>> spans_;
   std::vector<bool> blocked_;
   std::vector<std::pair<int, std::uint64_t>> due_;
+  std::vector<std::vector<T>> to_;  // per consumer: the items of the batch being posted
 };
 
 }  // namespace detail

@@ -1,9 +1,13 @@
 #pragma once
 // Sends whose bytes the sender keeps until they complete: the job's control
-// messages and links' credits. Each is an MPI_Issend, so "complete" means the
-// receiver matched it; empty() after the last complete() is what lets a rank
-// say FINAL knowing nothing of its is left unmatched at MPI_Finalize.
-// Progress thread only.
+// messages and links' credits. By default each is an MPI_Issend, so "complete"
+// means the receiver matched it; empty() after the last complete() is what
+// lets a rank say FINAL knowing nothing of its is left unmatched at
+// MPI_Finalize. An unsynchronised post (MPI_Isend) completes once its bytes
+// are out, without the receiver's acknowledgement (a message less per send);
+// whoever uses it ends the stream to that rank with a synchronous one on the
+// same tag: MPI does not let it overtake the earlier ones, so its match proves
+// theirs. With the job's MPI lock held only.
 
 #include <mpi.h>
 
@@ -19,11 +23,15 @@ namespace dflash::mpi {
 
 class owned_sends {
  public:
-  void post(std::vector<std::byte> bytes, int dest, int tag, MPI_Comm comm) {
+  enum class mode { synchronous, unsynchronised };
+  void post(std::vector<std::byte> bytes, int dest, int tag, MPI_Comm comm, mode m = mode::synchronous) {
     auto& o = sends_.emplace_back();
     o.bytes = std::move(bytes);
-    check(MPI_Issend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, dest, tag, comm, &o.req),
-          "MPI_Issend");
+    const int n = static_cast<int>(o.bytes.size());
+    if (m == mode::synchronous)
+      check(MPI_Issend(o.bytes.data(), n, MPI_BYTE, dest, tag, comm, &o.req), "MPI_Issend");
+    else
+      check(MPI_Isend(o.bytes.data(), n, MPI_BYTE, dest, tag, comm, &o.req), "MPI_Isend");
   }
   /// A wire type as one message (wire_pack).
   template <WireItem M>
