@@ -1,0 +1,115 @@
+#pragma once
+// stage_seats: who may call a host stage right now. A stage reached over a
+// queue link is called by its own threads and, help-first, by its producers'
+// threads (host_worker.hpp); a seat per worker index keeps "one call per
+// index at a time" (what a stage taking its worker index relies on), and an
+// in_order stage's one seat guards its reorder buffer.
+//
+// It also holds what decides whether a producer helps: a sampled call
+// duration. A producer that runs a slow call inline stops producing for that
+// long while the stage's own threads sit idle, so only stages whose sampled
+// call is below `cheap_ns` are helped — about what handing the item to a
+// parked thread costs (a futex wake and two context switches, ~1-5 us on the
+// machines measured in docs/bench/pipeline.md).
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <thread>
+
+#include "dflash/detail/spin.hpp"
+
+namespace dflash::detail {
+
+class stage_seats {
+ public:
+  static constexpr std::size_t none = ~std::size_t{0};
+  /// A helped call must have sampled below this (see the header comment).
+  static constexpr std::int64_t cheap_ns = 1000;
+  /// One call in `sample_every` per seat is timed (two clock reads).
+  static constexpr std::uint32_t sample_every = 8;
+
+  explicit stage_seats(std::size_t n) : n_(n), seats_(std::make_unique<seat[]>(n)) {}
+
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  /// The smaller of the two latest samples is below cheap_ns: one call
+  /// stretched by preemption does not stop the help.
+  [[nodiscard]] bool cheap() const noexcept {
+    return std::min(cost_ns_[0].load(std::memory_order_relaxed), cost_ns_[1].load(std::memory_order_relaxed)) <
+           cheap_ns;
+  }
+
+  /// A free seat, or `none`; never waits.
+  [[nodiscard]] std::size_t try_take() noexcept {
+    for (std::size_t i = 0; i < n_; ++i)
+      if (grab(i)) return i;
+    return none;
+  }
+  /// A free seat, `prefer` first; waits (spin, then yield) while helpers hold
+  /// every seat — each for one call that sampled cheap.
+  [[nodiscard]] std::size_t take(std::size_t prefer) noexcept {
+    for (int round = 0;; ++round) {
+      if (prefer < n_ && grab(prefer)) return prefer;
+      if (const std::size_t i = try_take(); i != none) return i;
+      if (round < 16) cpu_relax();
+      else std::this_thread::yield();
+    }
+  }
+  void give(std::size_t i) noexcept { seats_[i].busy.store(false, std::memory_order_release); }
+
+  /// The stage's own thread took the seat for an item it popped from the
+  /// queue (one-worker stages). A helper compares the count with the queue's
+  /// pushes: only when every pushed item has been seated does a helped item
+  /// overtake none, so one worker keeps FIFO order.
+  void seated_one() noexcept { seated_.fetch_add(1, std::memory_order_release); }
+  [[nodiscard]] std::uint64_t seated() const noexcept { return seated_.load(std::memory_order_acquire); }
+
+  /// Whether the holder of seat i times this call (it then reports it with sampled()).
+  [[nodiscard]] bool sample(std::size_t i) noexcept { return seats_[i].calls++ % sample_every == 0; }
+  void sampled(std::chrono::nanoseconds d) noexcept {
+    cost_ns_[next_.fetch_add(1, std::memory_order_relaxed) & 1].store(d.count(), std::memory_order_relaxed);
+  }
+
+ private:
+  bool grab(std::size_t i) noexcept {
+    auto& b = seats_[i].busy;
+    return !b.load(std::memory_order_relaxed) && !b.exchange(true, std::memory_order_acquire);
+  }
+  struct alignas(64) seat {
+    std::atomic<bool> busy{false};
+    std::uint32_t calls = 0;  // touched only by the seat's holder
+  };
+  std::size_t n_;
+  std::unique_ptr<seat[]> seats_;
+  // The two latest samples (relaxed: a heuristic; a lost update only delays a switch by a sample).
+  // Both "unknown" at first: a stage is helped only once its own threads have
+  // sampled a cheap call (a first call that blocks, e.g. on a barrier with the
+  // stage's other calls, never runs on its producer's thread).
+  static constexpr std::int64_t unknown = std::numeric_limits<std::int64_t>::max();
+  std::atomic<std::int64_t> cost_ns_[2]{unknown, unknown};
+  std::atomic<unsigned> next_{0};
+  alignas(64) std::atomic<std::uint64_t> seated_{0};
+};
+
+/// Holds a seat until released or destroyed (also when a stage throws); holds nothing for null seats.
+class seat_hold {
+ public:
+  seat_hold(stage_seats* s, std::size_t i) noexcept : s_(s), i_(i) {}
+  seat_hold(const seat_hold&) = delete;
+  seat_hold& operator=(const seat_hold&) = delete;
+  ~seat_hold() { release(); }
+  void release() noexcept {
+    if (s_ != nullptr) s_->give(i_), s_ = nullptr;
+  }
+  [[nodiscard]] std::size_t index() const noexcept { return i_; }
+
+ private:
+  stage_seats* s_;
+  std::size_t i_;
+};
+
+}  // namespace dflash::detail
