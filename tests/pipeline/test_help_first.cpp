@@ -8,6 +8,7 @@
 
 #include "watchdog.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -125,4 +126,25 @@ TEST_CASE("help-first: a stage with own_threads_only is called by its own thread
   CHECK(s.sink_calls == n);
   CHECK(s.mid_on_source == 0);
   CHECK(s.sink_on_source == 0);  // the sink's producer is mid's thread, never the source's
+}
+
+TEST_CASE("stage seats: while a stage's own thread waits for a seat, helpers take none", "[pipeline][help]") {
+  watchdog wd("stage seats");
+  dflash::detail::stage_seats seats(1);
+  const std::size_t held = seats.try_take();
+  REQUIRE(held == 0);
+  std::atomic<std::size_t> got{dflash::detail::stage_seats::none};
+  std::thread own([&] { got = seats.take(0); });
+  while (seats.waiting() == 0) std::this_thread::yield();
+  std::this_thread::sleep_for(5ms);  // well into its wait
+  seats.give(held);
+  // A helper arriving now must leave the freed seat to the waiting thread.
+  const std::size_t helper = seats.try_take();
+  CHECK(helper == dflash::detail::stage_seats::none);
+  if (helper != dflash::detail::stage_seats::none) seats.give(helper);
+  own.join();
+  CHECK(got.load() == 0);
+  CHECK(seats.waiting() == 0);
+  seats.give(0);
+  CHECK(seats.try_take() == 0);
 }

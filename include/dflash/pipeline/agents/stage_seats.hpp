@@ -43,23 +43,36 @@ class stage_seats {
            cheap_ns;
   }
 
-  /// A free seat, or `none`; never waits.
+  /// A free seat for a helper, or `none`; never waits, and leaves the seats to
+  /// the stage's own threads while one of them waits for a seat.
   [[nodiscard]] std::size_t try_take() noexcept {
-    for (std::size_t i = 0; i < n_; ++i)
-      if (grab(i)) return i;
-    return none;
+    if (waiting_.load(std::memory_order_relaxed) != 0) return none;
+    return any_free();
   }
-  /// A free seat, `prefer` first; waits (spin, then yield) while helpers hold
-  /// every seat — each for one call that sampled cheap.
+  /// A free seat for the stage's own thread, `prefer` first. Helpers hold a
+  /// seat for one cheap call, or (one seat) through its hand-on, which may
+  /// wait for room downstream: spin, then yield, then short sleeps; helpers
+  /// take no seat meanwhile.
   [[nodiscard]] std::size_t take(std::size_t prefer) noexcept {
+    if (prefer < n_ && grab(prefer)) return prefer;
+    if (const std::size_t i = any_free(); i != none) return i;
+    waiting_.fetch_add(1, std::memory_order_relaxed);
     for (int round = 0;; ++round) {
-      if (prefer < n_ && grab(prefer)) return prefer;
-      if (const std::size_t i = try_take(); i != none) return i;
       if (round < 16) cpu_relax();
-      else std::this_thread::yield();
+      else if (round < 80) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (prefer < n_ && grab(prefer)) break;
+      if (const std::size_t i = any_free(); i != none) {
+        prefer = i;
+        break;
+      }
     }
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+    return prefer;
   }
   void give(std::size_t i) noexcept { seats_[i].busy.store(false, std::memory_order_release); }
+  /// Own threads waiting in take() now (for tests and diagnostics).
+  [[nodiscard]] int waiting() const noexcept { return waiting_.load(std::memory_order_relaxed); }
 
   /// The stage's own thread took the seat for an item it popped from the
   /// queue (one-worker stages). A helper compares the count with the queue's
@@ -75,6 +88,11 @@ class stage_seats {
   }
 
  private:
+  std::size_t any_free() noexcept {
+    for (std::size_t i = 0; i < n_; ++i)
+      if (grab(i)) return i;
+    return none;
+  }
   bool grab(std::size_t i) noexcept {
     auto& b = seats_[i].busy;
     return !b.load(std::memory_order_relaxed) && !b.exchange(true, std::memory_order_acquire);
@@ -93,6 +111,7 @@ class stage_seats {
   std::atomic<std::int64_t> cost_ns_[2]{unknown, unknown};
   std::atomic<unsigned> next_{0};
   alignas(64) std::atomic<std::uint64_t> seated_{0};
+  std::atomic<int> waiting_{0};  // own threads waiting in take()
 };
 
 /// Holds a seat until released or destroyed (also when a stage throws); holds nothing for null seats.
