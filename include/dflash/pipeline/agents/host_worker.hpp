@@ -10,25 +10,25 @@
 //
 // Help-first hand-on: when the next stage is a host stage fed by this queue
 // (pipeline_core::helped), its sampled call is cheap (stage_seats) and one of
-// its seats is free — and, for a one-worker stage, every item pushed before has
-// been taken by the stage's own threads (so it keeps FIFO order) — this
-// thread calls that stage itself
-// instead of pushing — as oneTBB's threads carry a token through the next
-// filter — and goes on down the pipeline the same way. Measured why
-// (docs/bench/pipeline.md): with more threads than cores, a hand-over through
-// a queue to a parked thread costs a wake and context switches (~3 per item
-// at depth 2 on 2 cores, microseconds each), which no spin or deferred wake
-// removes when the queue holds 2 items; a cheap call costs far less. The
-// item never waits in the queue for it, and a slow stage (sampled above
+// its seats is free — and, for a one-worker stage, every item pushed before
+// has been seated by its own thread, so it keeps FIFO order — this thread
+// calls that stage itself instead of pushing, as oneTBB's threads carry a
+// token through the next filter, and goes on down the pipeline the same way.
+// Why, measured (docs/bench/pipeline.md): with more threads than cores, a
+// hand-over through a queue costs a wake and context switches (~3 per item
+// at depth 2 on 2 cores, a microsecond or more each), which no spin or
+// deferred wake removes when the queue holds 2 items; a cheap call costs far
+// less. No item waits in a queue for this: it is called at once or pushed
+// with the queue's wake protocol. A slow stage (sampled above
 // stage_seats::cheap_ns) keeps the plain push, so its producer goes on
 // producing while the stage's own threads work. Seats keep one call per
 // worker index and one deliverer of an in_order buffer at a time; a helper
-// checks cancellation before each helped call and records the link's keys
-// as a push and pop that did not wait, and the stage's .work/.wait/.age rows
-// as its own threads would. The thread keeps its own name: a trace shows the
-// helped calls' ranges (named by their stage) on the helper's track. Device
-// stages and direct segments are never helped: they own their thread,
-// stream or segment order.
+// checks cancellation before each helped call, records the link's keys and
+// both stages' .wait as a push and a pop that did not wait, and the stage's
+// .work/.age/flow rows as its own threads would. The thread keeps its own
+// name: a trace shows the helped calls' ranges (under their stage's keys) on
+// the helper's track. Never helped: device stages and direct segments (they
+// own their thread, stream or segment order) and OwnThreadsOnlyStage stages.
 
 #include <chrono>
 #include <cstddef>
