@@ -114,6 +114,7 @@ struct observed {
   std::atomic<int> broken{0};    // items whose device data was not intact
   std::atomic<int> out_of_order{0};
   std::atomic<int> overlapped{0};  // calls that found their worker index already in a call
+  std::atomic<int> index_reordered{0};  // one source worker: a worker index got an older item after a newer one
   int last = -1;
 };
 
@@ -303,8 +304,13 @@ struct h_indexed_mid {
   const scenario* s;
   observed* o;
   std::atomic<int>* busy;  // one flag per worker index
+  int* last;               // per worker index: the latest item it got (written under its busy flag)
   int operator()(int&& x, std::size_t w) const {
     if (busy[w].exchange(1, std::memory_order_acquire) != 0) o->overlapped.fetch_add(1);
+    if (s->w_source == 1) {  // FIFO per producer thread: each index gets the source's items in order
+      if (x < last[w]) o->index_reordered.fetch_add(1);
+      last[w] = x;
+    }
     struct leave {
       std::atomic<int>& b;
       ~leave() { b.store(0, std::memory_order_release); }
@@ -657,24 +663,29 @@ TEST_CASE("stress: a direct-link segment into in_order delivers every item once,
 
 // The source's and the stages' threads call the cheap stages after them
 // help-first: every item once, in order through the in_order stage and the
-// one-worker stages after it (one source worker), one call per worker index.
+// one-worker stages after it, and each worker index gets the source's items in
+// order (one source worker); one call per worker index.
 TEST_CASE("stress: help-first over queue links: every item once, in order, one call per worker index",
           "[stress][in_order][help]") {
   std::atomic<int> busy[4] = {0, 0, 0, 0};
+  int last[4] = {};
   stress(
       "help-first over queues", false,
-      [&busy](const scenario& s, observed& o, std::atomic<int>& next) {
+      [&busy, &last](const scenario& s, observed& o, std::atomic<int>& next) {
+        for (int& l : last) l = -1;
         auto shape = help_pipe::default_shape();
         shape.workers = {s.w_source, s.w_mid, 1, 1, 1};
         shape.depths = {s.depth_in, s.depth_link, s.depth_link, s.depth_out};
-        return std::make_unique<help_pipe>(shape, d_source{&s, &o, &next}, h_indexed_mid{&s, &o, busy}, h_relay{},
+        return std::make_unique<help_pipe>(shape, d_source{&s, &o, &next}, h_indexed_mid{&s, &o, busy, last}, h_relay{},
                                            h_pass{}, h_sink{&s, &o});
       },
       [](const scenario& s) { return s.w_source == 1; },
       [](const scenario&, const observed& o) {
-        return o.overlapped.load() == 0
-                   ? std::string()
-                   : std::to_string(o.overlapped.load()) + " call(s) ran with a worker index already in a call";
+        if (o.overlapped.load() != 0)
+          return std::to_string(o.overlapped.load()) + " call(s) ran with a worker index already in a call";
+        if (o.index_reordered.load() != 0)
+          return std::to_string(o.index_reordered.load()) + " item(s) reached a worker index after a newer one";
+        return std::string();
       });
 }
 

@@ -10,8 +10,8 @@
 //
 // Help-first hand-on: when the next stage is a host stage fed by this queue
 // (pipeline_core::helped), its sampled call is cheap (stage_seats) and one of
-// its seats is free — and, for a one-worker stage, every item pushed before
-// has been seated by its own thread, so it keeps FIFO order — this thread
+// its seats is free — and, unless it is in_order, every item pushed before
+// has been seated by its own threads, so it keeps FIFO order — this thread
 // calls that stage itself instead of pushing, as oneTBB's threads carry a
 // token through the next filter, and goes on down the pipeline the same way.
 // Why, measured (docs/bench/pipeline.md): with more threads than cores, a
@@ -58,11 +58,12 @@ decltype(auto) sampled_call(stage_seats* seats, std::size_t seat, F&& f) {
   return f();
 }
 
-// Stage I promises FIFO order: one worker, not in_order (whose buffer orders
-// items anyway); several workers promise none.
+// Stage I takes items in queue order (FIFO per producer thread, the
+// queue_link promise): every stage but an in_order one, whose buffer orders
+// items by source sequence anyway.
 template <class Core, std::size_t I>
-bool fifo_stage(const stage_seats& seats) noexcept {
-  return !Core::topo::template in_order_at<I> && seats.size() == 1;
+constexpr bool fifo_stage() noexcept {
+  return !Core::topo::template in_order_at<I>;
 }
 
 // Stage I's call on x with worker index `w`, then the hand-on of its result
@@ -112,9 +113,9 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
       if (const std::size_t seat = seats->try_take(); seat != stage_seats::none) {
         seat_hold hold(seats, seat);
         auto& q = c.template link<I>();
-        // A one-worker stage keeps FIFO order: helped only when every item pushed
-        // before has been seated (overtakes none). Once cancelled, the push below fails as usual.
-        if ((!fifo_stage<Core, I + 1>(*seats) || q.pushes() <= seats->seated()) && !c.cancelled()) {
+        // FIFO per producer thread: helped only when every item pushed before has
+        // been seated (overtakes none). Once cancelled, the push below fails as usual.
+        if ((!fifo_stage<Core, I + 1>() || q.pushes() <= seats->seated()) && !c.cancelled()) {
           q.record_handover();
           using P = std::remove_cvref_t<decltype(c.prof())>;
           if constexpr (P::enabled) {  // a push and a pop that did not wait, as the queue records them
@@ -158,8 +159,8 @@ void host_worker(Core& c, std::size_t w) noexcept {
           if constexpr (Core::template helped<I>) {  // a seat: a helper may be calling this stage
             seats = c.template seats<I>();
             if (item && seats != nullptr) {
-              seat = seats->take(w);
-              if (fifo_stage<Core, I>(*seats)) seats->seated_one();
+              seats->take(w);
+              if constexpr (fifo_stage<Core, I>()) seats->seated_one();
             }
           }
         }

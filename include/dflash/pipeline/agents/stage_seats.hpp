@@ -49,35 +49,29 @@ class stage_seats {
     if (waiting_.load(std::memory_order_relaxed) != 0) return none;
     return any_free();
   }
-  /// A free seat for the stage's own thread, `prefer` first. Helpers hold a
-  /// seat for one cheap call, or (one seat) through its hand-on, which may
-  /// wait for room downstream: spin, then yield, then short sleeps; helpers
-  /// take no seat meanwhile.
-  [[nodiscard]] std::size_t take(std::size_t prefer) noexcept {
-    if (prefer < n_ && grab(prefer)) return prefer;
-    if (const std::size_t i = any_free(); i != none) return i;
+  /// Seat i for the stage's own thread i: its calls keep its worker index, so
+  /// the items one producer thread sends reach each index in queue order. A
+  /// helper holds a seat for one cheap call, or (one seat) through its
+  /// hand-on, which may wait for room downstream: spin, then yield, then
+  /// short sleeps; helpers take no seat meanwhile.
+  void take(std::size_t i) noexcept {
+    if (grab(i)) return;
     waiting_.fetch_add(1, std::memory_order_relaxed);
-    for (int round = 0;; ++round) {
+    for (int round = 0; !grab(i); ++round) {
       if (round < 16) cpu_relax();
       else if (round < 80) std::this_thread::yield();
       else std::this_thread::sleep_for(std::chrono::microseconds(20));
-      if (prefer < n_ && grab(prefer)) break;
-      if (const std::size_t i = any_free(); i != none) {
-        prefer = i;
-        break;
-      }
     }
     waiting_.fetch_sub(1, std::memory_order_relaxed);
-    return prefer;
   }
   void give(std::size_t i) noexcept { seats_[i].busy.store(false, std::memory_order_release); }
   /// Own threads waiting in take() now (for tests and diagnostics).
   [[nodiscard]] int waiting() const noexcept { return waiting_.load(std::memory_order_relaxed); }
 
-  /// The stage's own thread took the seat for an item it popped from the
-  /// queue (one-worker stages). A helper compares the count with the queue's
+  /// The stage's own thread took a seat for an item it popped from the queue
+  /// (all but in_order stages). A helper compares the count with the queue's
   /// pushes: only when every pushed item has been seated does a helped item
-  /// overtake none, so one worker keeps FIFO order.
+  /// overtake none, so items keep FIFO order per producer thread.
   void seated_one() noexcept { seated_.fetch_add(1, std::memory_order_release); }
   [[nodiscard]] std::uint64_t seated() const noexcept { return seated_.load(std::memory_order_acquire); }
 
