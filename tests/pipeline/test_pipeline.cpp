@@ -261,8 +261,14 @@ struct slow_sink {
     consumed->fetch_add(1, std::memory_order_relaxed);
   }
 };
+// square on its own thread only (no help-first by the source's thread), so
+// that behind the slow sink both queues fill and both producers block in push.
 template <class P>
-using slow_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<"a", 4>, square<P>,
+struct pinned_square : square<P> {
+  static constexpr bool own_threads_only = true;
+};
+template <class P>
+using slow_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<"a", 4>, pinned_square<P>,
                                        dflash::queue_link<"b", 4>, slow_sink<P>>;
 }  // namespace
 
@@ -271,7 +277,7 @@ using slow_pipeline = dflash::Pipeline<P, counter_source<P>, dflash::queue_link<
 TEST_CASE("stop() cancels stages blocked in queues within 100 ms", "[pipeline][stop]") {
   watchdog wd("stop(cancel)");
   std::atomic<int> produced{0}, consumed{0};
-  slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1, 0, &produced}, square<NullProfiler>{},
+  slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1, 0, &produced}, pinned_square<NullProfiler>{},
                                 slow_sink<NullProfiler>{&consumed});
   p.run();
   wait_until([&] { return p.link<0>().blocked_pushers() == 1 && p.link<1>().blocked_pushers() == 1; });
@@ -286,7 +292,7 @@ TEST_CASE("stop() cancels stages blocked in queues within 100 ms", "[pipeline][s
 TEST_CASE("stop(drain) stops the source and delivers everything it produced", "[pipeline][stop]") {
   watchdog wd("stop(drain)");
   std::atomic<int> produced{0}, consumed{0};
-  slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1, 0, &produced}, square<NullProfiler>{},
+  slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1, 0, &produced}, pinned_square<NullProfiler>{},
                                 slow_sink<NullProfiler>{&consumed});
   p.run();
   wait_until([&] { return p.link<0>().blocked_pushers() == 1 && p.link<1>().blocked_pushers() == 1; });
@@ -303,7 +309,7 @@ TEST_CASE("run() twice is an error; destroying a running pipeline cancels it", "
   watchdog wd("destructor");
   std::atomic<int> consumed{0};
   {
-    slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1}, square<NullProfiler>{},
+    slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1}, pinned_square<NullProfiler>{},
                                   slow_sink<NullProfiler>{&consumed});
     p.run();
     CHECK_THROWS_MATCHES(p.run(), std::logic_error,
@@ -384,13 +390,13 @@ TEST_CASE("a running pipeline destroyed without join() or stop() says so; stop()
   watchdog wd("forgotten join");
   std::atomic<int> consumed{0};
   const std::string forgot = stderr_of([&] {
-    slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1}, square<NullProfiler>{},
+    slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1}, pinned_square<NullProfiler>{},
                                   slow_sink<NullProfiler>{&consumed});
     p.run();
   });
   CHECK_THAT(forgot, Catch::Contains("destroyed while running without join() or stop()"));
   const std::string deliberate = stderr_of([&] {
-    slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1}, square<NullProfiler>{},
+    slow_pipeline<NullProfiler> p(counter_source<NullProfiler>{-1}, pinned_square<NullProfiler>{},
                                   slow_sink<NullProfiler>{&consumed});
     p.run();
     p.stop();

@@ -194,6 +194,12 @@ template <class P>
 using stage_a = relay<P, 1, "a">;
 template <class P>
 using stage_b = relay<P, 2, "b">;
+// The same relays called only by their own threads (no help-first), so that
+// a slow sink fills every queue and blocks every producer in its push.
+template <class P, int Index, dflash::fixed_string Name>
+struct pinned_relay : relay<P, Index, Name> {
+  static constexpr bool own_threads_only = true;
+};
 
 template <class P>
 struct sink {
@@ -215,11 +221,13 @@ struct sink {
 
 constexpr std::size_t q0_depth = 3, q1_depth = 2, q2_depth = 4;
 
-template <class P, std::size_t A, std::size_t B, std::size_t K>
-using fault_pipeline =
-    dflash::Pipeline<P, source<P>, dflash::queue_link<"q0", q0_depth>, dflash::workers<stage_a<P>, A>,
-                     dflash::queue_link<"q1", q1_depth>, dflash::workers<stage_b<P>, B>,
-                     dflash::queue_link<"q2", q2_depth>, dflash::workers<sink<P>, K>>;
+template <class P, std::size_t A, std::size_t B, std::size_t K, bool Pinned = false>
+using fault_pipeline = dflash::Pipeline<
+    P, source<P>, dflash::queue_link<"q0", q0_depth>,
+    dflash::workers<std::conditional_t<Pinned, pinned_relay<P, 1, "a">, stage_a<P>>, A>,
+    dflash::queue_link<"q1", q1_depth>,
+    dflash::workers<std::conditional_t<Pinned, pinned_relay<P, 2, "b">, stage_b<P>>, B>,
+    dflash::queue_link<"q2", q2_depth>, dflash::workers<sink<P>, K>>;
 template <class P>
 using keys_pipeline = fault_pipeline<P, 1, 1, 1>;  // keys do not depend on worker counts
 using profiler = dflash::AccumulatingProfiler<dflash::pipeline_keys<keys_pipeline<dflash::NullProfiler>>>;
@@ -228,12 +236,14 @@ template <class P, std::size_t A, std::size_t B, std::size_t K>
 using shape_of = typename fault_pipeline<P, A, B, K>::shape_type;
 
 // Compile-time sizes (workers<S, N>, queue_link depth), or a runtime shape.
-template <class P, std::size_t A, std::size_t B, std::size_t K>
-std::unique_ptr<fault_pipeline<P, A, B, K>> make_pipeline(env& e, const P& prof,
-                                                          const shape_of<P, A, B, K>* shape = nullptr) {
-  using pipe = fault_pipeline<P, A, B, K>;
-  auto p = shape ? std::make_unique<pipe>(prof, *shape, source<P>{&e}, stage_a<P>{&e}, stage_b<P>{&e}, sink<P>{&e})
-                 : std::make_unique<pipe>(prof, source<P>{&e}, stage_a<P>{&e}, stage_b<P>{&e}, sink<P>{&e});
+template <class P, std::size_t A, std::size_t B, std::size_t K, bool Pinned = false>
+std::unique_ptr<fault_pipeline<P, A, B, K, Pinned>> make_pipeline(env& e, const P& prof,
+                                                                  const shape_of<P, A, B, K>* shape = nullptr) {
+  using pipe = fault_pipeline<P, A, B, K, Pinned>;
+  using a = typename pipe::template stage_type<1>;
+  using b = typename pipe::template stage_type<2>;
+  auto p = shape ? std::make_unique<pipe>(prof, *shape, source<P>{&e}, a{{&e}}, b{{&e}}, sink<P>{&e})
+                 : std::make_unique<pipe>(prof, source<P>{&e}, a{{&e}}, b{{&e}}, sink<P>{&e});
   e.cancelled = [raw = p.get()] { return raw->cancelled(); };
   return p;
 }
@@ -516,7 +526,7 @@ TEST_CASE("stop() with every queue full wakes every blocked producer; queued ite
   };
   profiler prof;
   {
-    auto p = make_pipeline<profiler, 2, 1, 1>(e, prof);
+    auto p = make_pipeline<profiler, 2, 1, 1, true>(e, prof);
     p->run();
     wait_all_full(*p, g);
     CHECK(e.st[0].returned.load() == items_when_full);
@@ -547,7 +557,7 @@ TEST_CASE("stop(drain) with every queue full delivers every produced item", "[fa
   };
   profiler prof;
   {
-    auto p = make_pipeline<profiler, 2, 1, 1>(e, prof);
+    auto p = make_pipeline<profiler, 2, 1, 1, true>(e, prof);
     p->run();
     wait_all_full(*p, g);
     p->stop(dflash::stop_mode::drain);
@@ -586,7 +596,7 @@ TEST_CASE("destroying a running, never-joined pipeline cancels, joins and frees 
     e.on_sink = [](int) { std::this_thread::sleep_for(1ms); };
     {
       profiler prof;
-      auto p = make_pipeline<profiler, 2, 1, 1>(e, prof);
+      auto p = make_pipeline<profiler, 2, 1, 1, true>(e, prof);
       p->run();
       wait_until([&] { return p->link<0>().blocked_pushers() == 1 && p->link<1>().blocked_pushers() >= 1; });
       p.reset();

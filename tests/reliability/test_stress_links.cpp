@@ -1,7 +1,8 @@
 // Randomized fault scenarios against the link kinds: device links on the
 // asynchronous host twin (on one simulated device, or placed over several with
 // and without peer access), queue links into an in_order stage (several source
-// workers), direct-link segments, a profiled pipeline whose items carry flow
+// workers), queue links whose cheap stages their producers' threads call
+// (help-first), direct-link segments, a profiled pipeline whose items carry flow
 // stamps, and one bounded_queue whose waiters park and wake at random. Every
 // scenario is drawn from (seed, index)
 // and checks the promise users rely on: every item the source produced arrives
@@ -112,6 +113,8 @@ struct observed {
   std::atomic<int> produced{0};  // values the source handed out
   std::atomic<int> broken{0};    // items whose device data was not intact
   std::atomic<int> out_of_order{0};
+  std::atomic<int> overlapped{0};  // calls that found their worker index already in a call
+  std::atomic<int> index_reordered{0};  // one source worker: a worker index got an older item after a newer one
   int last = -1;
 };
 
@@ -289,6 +292,50 @@ using ordered_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>
 // One segment: the source, the parallel stage and the in_order sink on the same threads.
 using direct_pipe = dflash::Pipeline<NullProfiler, d_source, dflash::direct_link<"take", 2>, dflash::workers<h_mid, 1>,
                                      dflash::direct_link<"reorder", 4>, dflash::in_order<h_sink>>;
+
+// ---- help-first over queues: sources -> q -> indexed workers -> q -> in_order -> q -> one worker -> q -> sink ----
+// Cheap host stages are called by their producers' threads (host_worker.hpp):
+// a worker index still has one call at a time, the in_order stage delivers in
+// order, and the one-worker stages after it keep that (FIFO) order.
+struct h_indexed_mid {
+  static constexpr dflash::fixed_string name{"mid"};
+  using input_type = int;
+  using output_type = int;
+  const scenario* s;
+  observed* o;
+  std::atomic<int>* busy;  // one flag per worker index
+  int* last;               // per worker index: the latest item it got (written under its busy flag)
+  int operator()(int&& x, std::size_t w) const {
+    if (busy[w].exchange(1, std::memory_order_acquire) != 0) o->overlapped.fetch_add(1);
+    if (s->w_source == 1) {  // FIFO per producer thread: each index gets the source's items in order
+      if (x < last[w]) o->index_reordered.fetch_add(1);
+      last[w] = x;
+    }
+    struct leave {
+      std::atomic<int>& b;
+      ~leave() { b.store(0, std::memory_order_release); }
+    } l{busy[w]};
+    if (s->f == fault::throw_in_call && x == s->fault_at) throw fault_error("mid failed at " + std::to_string(x));
+    maybe_sleep(*s, x);
+    return x;
+  }
+};
+struct h_relay {
+  static constexpr dflash::fixed_string name{"relay"};
+  using input_type = int;
+  using output_type = int;
+  int operator()(int&& x) const { return x; }
+};
+struct h_pass {
+  static constexpr dflash::fixed_string name{"pass"};
+  using input_type = int;
+  using output_type = int;
+  int operator()(int&& x) const { return x; }
+};
+using help_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_link<"in", 4>,
+                                   dflash::workers<h_indexed_mid, 4>, dflash::queue_link<"mid", 4>,
+                                   dflash::in_order<h_relay>, dflash::queue_link<"next", 4>, h_pass,
+                                   dflash::queue_link<"out", 4>, h_sink>;
 
 // ---- running and judging one scenario --------------------------------------------------
 struct outcome {
@@ -612,6 +659,34 @@ TEST_CASE("stress: a direct-link segment into in_order delivers every item once,
     shape.depths = {s.depth_in, s.depth_out};
     return std::make_unique<direct_pipe>(shape, d_source{&s, &o, &next}, h_mid{&s}, h_sink{&s, &o});
   }, [](const scenario&) { return true; });
+}
+
+// The source's and the stages' threads call the cheap stages after them
+// help-first: every item once, in order through the in_order stage and the
+// one-worker stages after it, and each worker index gets the source's items in
+// order (one source worker); one call per worker index.
+TEST_CASE("stress: help-first over queue links: every item once, in order, one call per worker index",
+          "[stress][in_order][help]") {
+  std::atomic<int> busy[4] = {0, 0, 0, 0};
+  int last[4] = {};
+  stress(
+      "help-first over queues", false,
+      [&busy, &last](const scenario& s, observed& o, std::atomic<int>& next) {
+        for (int& l : last) l = -1;
+        auto shape = help_pipe::default_shape();
+        shape.workers = {s.w_source, s.w_mid, 1, 1, 1};
+        shape.depths = {s.depth_in, s.depth_link, s.depth_link, s.depth_out};
+        return std::make_unique<help_pipe>(shape, d_source{&s, &o, &next}, h_indexed_mid{&s, &o, busy, last}, h_relay{},
+                                           h_pass{}, h_sink{&s, &o});
+      },
+      [](const scenario& s) { return s.w_source == 1; },
+      [](const scenario&, const observed& o) {
+        if (o.overlapped.load() != 0)
+          return std::to_string(o.overlapped.load()) + " call(s) ran with a worker index already in a call";
+        if (o.index_reordered.load() != 0)
+          return std::to_string(o.index_reordered.load()) + " item(s) reached a worker index after a newer one";
+        return std::string();
+      });
 }
 
 TEST_CASE("stress: one bounded_queue, waiters parking and waking at random: every taken item popped once",

@@ -27,6 +27,7 @@
 #include "dflash/device/event_pool.hpp"
 #include "dflash/pipeline/checks.hpp"
 #include "dflash/pipeline/agents/segment_sync.hpp"
+#include "dflash/pipeline/agents/stage_seats.hpp"
 #include "dflash/pipeline/in_order.hpp"
 #include "dflash/pipeline/item.hpp"
 #include "dflash/pipeline/link.hpp"
@@ -138,6 +139,13 @@ class pipeline_core {
   pipeline_core(const P& prof, const shape_type& shape, Args&&... stages)
       : prof_(prof), stages_(std::forward<Args>(stages)...), shape_(shape) {
     open_links(std::make_index_sequence<link_count>{});
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (([&] {
+         if constexpr (helped<I>)
+           if (shape_.here(I - 1) && shape_.here(I)) seats_[I] = std::make_unique<stage_seats>(topo::template in_order_at<I> ? 1 : shape_.workers[I]);
+       }()),
+       ...);
+    }(std::make_index_sequence<stage_count>{});
   }
   pipeline_core(const pipeline_core&) = delete;
   pipeline_core& operator=(const pipeline_core&) = delete;
@@ -166,6 +174,33 @@ class pipeline_core {
   template <std::size_t I>
   [[nodiscard]] auto& reorder() noexcept {
     return std::get<I>(orders_);
+  }
+
+  // ---- help-first: a producer's thread may call the next host stage itself (host_worker.hpp) ----
+  /// Stage I runs on a host_worker of its own (no device stream, no direct segment).
+  template <std::size_t I>
+  static constexpr bool host_agent = !topo::template device_stage<I> && !topo::template fused_in<I>() &&
+                                     !topo::template fused_out<I>();
+  /// Stage I is fed, from a host_worker stage, by a link kind that lets a
+  /// producer call the consumer instead of pushing (queue_link says so; a
+  /// user's kind, whose push may do more, is never bypassed), unless stage I
+  /// is OwnThreadsOnlyStage.
+  template <std::size_t I>
+  static constexpr bool helped = [] {
+    if constexpr (I == 0) return false;
+    else
+      return host_agent<I - 1> && host_agent<I> && !OwnThreadsOnlyStage<stage_type<I>> &&
+             !topo::template crosses_at<I - 1> &&
+             requires { requires link_kind<I - 1>::consumer_callable_by_producer; } &&
+             requires(endpoint_type<I - 1>& e) {
+               { e.pushes() } -> std::convertible_to<std::uint64_t>;
+               e.record_handover();
+             };
+  }();
+  /// The seats of helped stage I; null where its producer or it runs in another process.
+  template <std::size_t I>
+  [[nodiscard]] stage_seats* seats() noexcept {
+    return seats_[I].get();
   }
 
   // ---- run control ----
@@ -443,6 +478,7 @@ class pipeline_core {
   std::array<std::atomic<std::size_t>, stage_count> live_{};
   std::array<segment_sync, stage_count> segs_;  // used by direct segments (indexed by first stage)
   orders_tuple orders_;
+  std::array<std::unique_ptr<stage_seats>, stage_count> seats_{};  // helped stages only
   [[no_unique_address]] slot_stamps stamps_;
   std::atomic<std::uint64_t> source_seq_{0};
   std::atomic<bool> cancelled_{false};

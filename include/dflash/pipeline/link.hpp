@@ -26,6 +26,10 @@
 //   cancel(e)              wake every blocked thread now; later hand-overs fail
 //   check<Topology, L>()   its requirements on the stages on either side, as static_asserts that
 //                          state the fix (Topology is dflash::detail::topology; L the link's index)
+// And optionally:
+//   consumer_callable_by_producer  true: between host stages the producer's thread may call a
+//                          cheap consumer itself instead of pushing (queue_link; the endpoint
+//                          then offers pushes() and record_handover(), agents/host_worker.hpp)
 
 #include <concepts>
 #include <cstddef>

@@ -88,6 +88,13 @@ concept SinkStage = NamedStage<S> && !std::is_void_v<typename S::input_type> &&
 template <class S>
 concept Stage = SourceStage<S> || TransformStage<S> || SinkStage<S>;
 
+/// A stage that declares `static constexpr bool own_threads_only = true;` is
+/// called only by its own threads, never help-first by its producer's thread
+/// (pipeline/agents/host_worker.hpp): for thread-affine state (thread_local
+/// caches, a per-thread handle) or calls that wait for one another.
+template <class S>
+concept OwnThreadsOnlyStage = requires { requires S::own_threads_only; };
+
 /// Run stage S on N threads: `dflash::workers<target_forward<P>, 4>`.
 /// (The Pipeline checks S: its name and types, and its call shape, which
 /// depends on the links next to it.)

@@ -136,6 +136,15 @@ class bounded_queue {
     return pop_until(&deadline);
   }
 
+  /// An item its producer handed to the consumer stage directly (a pipeline's
+  /// help-first call, pipeline/agents/host_worker.hpp) instead of through the
+  /// ring: recorded as a push and a pop that did not wait, so the keys count
+  /// every item that crossed this link either way.
+  void record_handover() const {
+    record_zero(push_wait_key<Name>{});
+    record_zero(pop_wait_key<Name>{});
+  }
+
   /// Idempotent. Wakes every blocked push (fails) and pop (drains, then empty).
   void close() noexcept {
     enq_.fetch_or(closed_bit, std::memory_order_acq_rel);
@@ -157,6 +166,9 @@ class bounded_queue {
     return e > d ? static_cast<std::size_t>(std::min<std::uint64_t>(e - d, cap_)) : 0;
   }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  /// Pushes that claimed a position so far: every item that entered, plus any
+  /// pending publish (a pipeline compares it with the items its consumers took).
+  [[nodiscard]] std::uint64_t pushes() const noexcept { return enq_.load(std::memory_order_acquire) & pos_mask; }
   [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
   /// Threads blocked (spinning or parked) in push()/push_for() now (for tests and diagnostics).
   [[nodiscard]] std::size_t blocked_pushers() const noexcept { return blocked_push_.load(std::memory_order_acquire); }

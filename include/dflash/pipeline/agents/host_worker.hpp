@@ -1,17 +1,42 @@
 #pragma once
 // The host worker: one thread of a host stage whose links on both sides give
 // it its own threads (queue links, or a link to another process). It pops an
-// item, calls the stage, pushes the result; the stage's keys record the time
+// item, calls the stage, hands the result on; the stage's keys record the time
 // blocked on links (.wait) and inside the call (.work); with a policy that
 // stamps items, the item's age as the call starts (.age) and at a sink its
 // time since the source at the call's end (.e2e). A source calls until
 // it is exhausted (or the pipeline drains); an in_order stage delivers through
 // its reorder buffer.
+//
+// Help-first hand-on: when the next stage is a host stage fed by this queue
+// (pipeline_core::helped), its sampled call is cheap (stage_seats) and one of
+// its seats is free — and, unless it is in_order, every item pushed before
+// has been seated by its own threads, so it keeps FIFO order — this thread
+// calls that stage itself instead of pushing, as oneTBB's threads carry a
+// token through the next filter, and goes on down the pipeline the same way.
+// Why, measured (docs/bench/pipeline.md): with more threads than cores, a
+// hand-over through a queue costs a wake and context switches (~3 per item
+// at depth 2 on 2 cores, a microsecond or more each), which no spin or
+// deferred wake removes when the queue holds 2 items; a cheap call costs far
+// less. No item waits in a queue for this: it is called at once or pushed
+// with the queue's wake protocol. A slow stage (sampled above
+// stage_seats::cheap_ns) keeps the plain push, so its producer goes on
+// producing while the stage's own threads work. Seats keep one call per
+// worker index and one deliverer of an in_order buffer at a time; a helper
+// checks cancellation before each helped call, records the link's keys and
+// both stages' .wait as a push and a pop that did not wait, and the stage's
+// .work/.age/flow rows as its own threads would. The thread keeps its own
+// name: a trace shows the helped calls' ranges (under their stage's keys) on
+// the helper's track. Never helped: device stages and direct segments (they
+// own their thread, stream or segment order) and OwnThreadsOnlyStage stages.
 
+#include <chrono>
 #include <cstddef>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
+#include "dflash/pipeline/agents/stage_seats.hpp"
 #include "dflash/pipeline/core.hpp"
 #include "dflash/pipeline/stage.hpp"
 #include "dflash/profile/profiler_policy.hpp"
@@ -19,8 +44,95 @@
 namespace dflash::detail {
 
 template <std::size_t I, class Core>
-void host_worker(Core& c, std::size_t w) noexcept {
+bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, const typename Core::tag_type& tag);
+
+// f(), timed into `seats` when the seat's turn to sample has come (helped stages only).
+template <class F>
+decltype(auto) sampled_call(stage_seats* seats, std::size_t seat, F&& f) {
+  if (seats == nullptr || !seats->sample(seat)) return f();
+  struct sample {
+    stage_seats* s;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~sample() { s->sampled(std::chrono::steady_clock::now() - t0); }
+  } timing{seats};
+  return f();
+}
+
+// Stage I takes items in queue order (FIFO per producer thread, the
+// queue_link promise): every stage but an in_order one, whose buffer orders
+// items by source sequence anyway.
+template <class Core, std::size_t I>
+constexpr bool fifo_stage() noexcept {
+  return !Core::topo::template in_order_at<I>;
+}
+
+// Stage I's call on x with worker index `w`, then the hand-on of its result
+// (an in_order stage: through its reorder buffer). `hold` is the seat of w
+// (null: the stage has none). With several seats it is released right after
+// the call; a single seat is held through the hand-on, so results leave in
+// the order of the calls (one worker keeps FIFO order; an in_order stage's
+// seat guards its buffer until the delivery run ends). false: the pipeline is closing.
+template <std::size_t I, class Core>
+bool call_and_hand_on(Core& c, std::size_t w, typename Core::template stage_type<I>::input_type&& x,
+                      const typename Core::tag_type& tag, seat_hold* hold) {
   using T = typename Core::topo;
+  using S = typename Core::template stage_type<I>;
+  using work_key = stage_work_key<S::name>;
+  using tag_type = typename Core::tag_type;
+  S& s = c.template stage<I>();
+  const auto& prof = c.prof();
+  stage_seats* seats = nullptr;
+  if constexpr (Core::template helped<I>)
+    if (hold != nullptr) seats = c.template seats<I>();
+  auto process = [&](typename S::input_type&& v, const tag_type& t) -> bool {
+    c.template flow_start<I>(t);
+    if constexpr (I + 1 < T::stage_count) {
+      typename S::output_type y =
+          sampled_call(seats, w, [&] { return timed(prof, work_key{}, [&] { return call_stage(s, w, std::move(v)); }); });
+      c.template flow_done<I>(t);
+      if constexpr (!T::template in_order_at<I>)
+        if (seats != nullptr && seats->size() > 1) hold->release();
+      return hand_on<I>(c, std::move(y), t);
+    } else {
+      sampled_call(seats, w, [&] { timed(prof, work_key{}, [&] { call_stage(s, w, std::move(v)); }); });
+      c.template flow_done<I>(t);
+      return true;
+    }
+  };
+  if constexpr (T::template in_order_at<I>) return c.template deliver_in_order<I>(std::move(x), tag, process);
+  else return process(std::move(x), tag);
+}
+
+// Stage I's result to link I: called by this thread when stage I + 1 may be
+// helped (see the header comment), else pushed; the push's wait is stage I's .wait.
+template <std::size_t I, class Core>
+bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, const typename Core::tag_type& tag) {
+  if constexpr (Core::template helped<I + 1>) {
+    stage_seats* seats = c.template seats<I + 1>();
+    if (seats != nullptr && seats->cheap()) {
+      if (const std::size_t seat = seats->try_take(); seat != stage_seats::none) {
+        seat_hold hold(seats, seat);
+        auto& q = c.template link<I>();
+        // FIFO per producer thread: helped only when every item pushed before has
+        // been seated (overtakes none). Once cancelled, the push below fails as usual.
+        if ((!fifo_stage<Core, I + 1>() || q.pushes() <= seats->seated()) && !c.cancelled()) {
+          q.record_handover();
+          using P = std::remove_cvref_t<decltype(c.prof())>;
+          if constexpr (P::enabled) {  // a push and a pop that did not wait, as the queue records them
+            c.prof().add(stage_wait_key<Core::template stage_type<I>::name>{}, typename P::duration{0});
+            c.prof().add(stage_wait_key<Core::template stage_type<I + 1>::name>{}, typename P::duration{0});
+          }
+          return call_and_hand_on<I + 1>(c, seat, std::move(y), tag, &hold);
+        }
+      }
+    }
+  }
+  auto t = c.prof().scope(stage_wait_key<Core::template stage_type<I>::name>{});
+  return c.template push_output<I>(std::move(y), tag);
+}
+
+template <std::size_t I, class Core>
+void host_worker(Core& c, std::size_t w) noexcept {
   using S = typename Core::template stage_type<I>;
   using wait_key = stage_wait_key<S::name>;
   using work_key = stage_work_key<S::name>;
@@ -33,41 +145,29 @@ void host_worker(Core& c, std::size_t w) noexcept {
         if (!item) break;
         const auto tag = c.next_source_tag();
         c.template flow_done<0>(tag);
-        bool ok;
-        {
-          auto t = prof.scope(wait_key{});
-          ok = c.template push_output<0>(std::move(*item), tag);
-        }
-        if (!ok) break;
+        if (!hand_on<0>(c, std::move(*item), tag)) break;
       }
     } else {
-      // Calls the stage on one item and hands the result on; false: the pipeline is closing.
-      using tag_type = typename Core::tag_type;
-      auto process = [&](typename S::input_type&& x, const tag_type& tag) -> bool {
-        c.template flow_start<I>(tag);
-        if constexpr (I + 1 < T::stage_count) {
-          typename S::output_type y = timed(prof, work_key{}, [&] { return call_stage(s, w, std::move(x)); });
-          c.template flow_done<I>(tag);
-          auto t = prof.scope(wait_key{});
-          return c.template push_output<I>(std::move(y), tag);
-        } else {
-          timed(prof, work_key{}, [&] { call_stage(s, w, std::move(x)); });
-          c.template flow_done<I>(tag);
-          return true;
-        }
-      };
       for (;;) {
         std::optional<typename S::input_type> item;
-        tag_type tag{};
+        typename Core::tag_type tag{};
+        stage_seats* seats = nullptr;
+        std::size_t seat = w;
         {
           auto t = prof.scope(wait_key{});
           item = c.template pop_input<I>(tag);
+          if constexpr (Core::template helped<I>) {  // a seat: a helper may be calling this stage
+            seats = c.template seats<I>();
+            if (item && seats != nullptr) {
+              seats->take(w);
+              if constexpr (fifo_stage<Core, I>()) seats->seated_one();
+            }
+          }
         }
-        if (!item || c.cancelled()) break;
-        bool ok;
-        if constexpr (T::template in_order_at<I>) ok = c.template deliver_in_order<I>(std::move(*item), tag, process);
-        else ok = process(std::move(*item), tag);
-        if (!ok) break;
+        if (!item) break;
+        seat_hold hold(seats, seat);
+        if (c.cancelled()) break;
+        if (!call_and_hand_on<I>(c, seat, std::move(*item), tag, seats != nullptr ? &hold : nullptr)) break;
       }
     }
   } catch (const pipeline_stop&) {
