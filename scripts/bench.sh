@@ -20,15 +20,16 @@ else
 rm -rf "$results" && mkdir -p "$results"
 cmake --build "$build"
 
-# Google Benchmark binaries: everything under benchmarks/ except the zero-cost
-# variants (those are callgrind subjects, see scripts/zero_cost_check.sh).
+# Benchmark binaries: everything under benchmarks/ except the zero-cost variants
+# (callgrind subjects, see scripts/zero_cost_check.sh) and analysis/ (a model of a
+# pipeline that takes its own arguments, not a benchmark).
 while IFS= read -r exe; do
   name=$(basename "$exe")
   echo "== $name"
   "$exe" --benchmark_min_time="$min_time" --benchmark_out="$results/$name.json" \
     --benchmark_out_format=json | tee "$results/$name.txt"
 done < <(find "$build/benchmarks" -type f -executable ! -name 'zero_cost_*' ! -name '*gpu*' \
-           ! -name 'bench_mpi_link' ! -path '*/CMakeFiles/*' | sort)
+           ! -name 'bench_mpi_link' ! -path '*/CMakeFiles/*' ! -path '*/analysis/*' | sort)
 
 # The MPI link needs two ranks (OpenMPI: root and more ranks than cores need the flags).
 mpi_bench=$build/benchmarks/mpi/bench_mpi_link
