@@ -19,8 +19,10 @@
 // gives each item back (recycle): neither side allocates or copies a payload
 // per item in either loop.
 //
-// The program initialises MPI with MPI_THREAD_MULTIPLE so that its raw rounds
-// (main thread) may run while the job's progress thread exists.
+// MPI runs at MPI_THREAD_SERIALIZED, the level a job asks for: the link is
+// measured as programs run it (under MPI_THREAD_MULTIPLE OpenMPI takes locks
+// in every call). The main thread's own MPI calls (raw rounds, barriers) hold
+// the job's MPI lock (job::lock_mpi), after the link settled.
 
 #include <dflash/dflash.hpp>
 #include <dflash/mpi.hpp>
@@ -79,7 +81,9 @@ stats summarize(std::vector<double> v) {
 // each side), and a copy between many large buffers misses the CPU caches that
 // one reused buffer per side stays in (OpenMPI's shared-memory transfer is a
 // process_vm_readv copy here).
-double raw_round(int rank, std::size_t bytes, int n, std::vector<std::vector<std::uint8_t>>& bufs) {
+double raw_round(dflash::mpi::job& job, std::size_t bytes, int n, std::vector<std::vector<std::uint8_t>>& bufs) {
+  const int rank = job.rank();
+  const auto lk = job.lock_mpi();  // MPI_THREAD_SERIALIZED: the job makes no call meanwhile
   MPI_Barrier(MPI_COMM_WORLD);
   const auto t0 = clock_type::now();
   for (int i = 0; i < n; ++i) {
@@ -97,7 +101,10 @@ double raw_round(int rank, std::size_t bytes, int n, std::vector<std::vector<std
 // the credit back) after it was sent, so at most depth items per round trip
 // (Little's law). Measured as blocking ping-pongs of one item and an 8-byte
 // reply; returns depth items per round trip, in items/s.
-double window_bound_round(int rank, std::size_t bytes, int trips, std::size_t depth, std::vector<std::uint8_t>& buf) {
+double window_bound_round(dflash::mpi::job& job, std::size_t bytes, int trips, std::size_t depth,
+                          std::vector<std::uint8_t>& buf) {
+  const int rank = job.rank();
+  const auto lk = job.lock_mpi();
   std::uint64_t credit = 0;
   MPI_Barrier(MPI_COMM_WORLD);
   const auto t0 = clock_type::now();
@@ -131,10 +138,21 @@ void drop_sent(Link& link) {
     }
 }
 
-template <class Link, class Make>
-double link_round(int rank, Link& link, int n, Make make) {
-  dflash::NullProfiler np;
+// A barrier on the program's communicator between the job's calls; the link
+// settled first (a rank holding the job's MPI lock with items or credits due
+// would stall the other rank's link).
+template <class Link>
+void barrier(dflash::mpi::job& job, const Link& link) {
+  while (!link.settled()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  const auto lk = job.lock_mpi();
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+template <class Link, class Make>
+double link_round(dflash::mpi::job& job, Link& link, int n, Make make) {
+  const int rank = job.rank();
+  dflash::NullProfiler np;
+  barrier(job, link);
   const auto t0 = clock_type::now();
   for (int i = 0; i < n; ++i) {
     if (rank == 0) {
@@ -146,7 +164,7 @@ double link_round(int rank, Link& link, int n, Make make) {
     }
   }
   const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-  MPI_Barrier(MPI_COMM_WORLD);
+  barrier(job, link);
   return s;
 }
 
@@ -160,20 +178,20 @@ void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& 
   // The credit-window bound matters where the round trip, not the copy, limits: small items.
   const bool small = bytes <= 4096;
   const int trips = std::max(1, n / static_cast<int>(Link::depth));
-  link_round(rank, link, std::max(1, n / 10), make);  // warm-up: connections, allocations
-  raw_round(rank, bytes, std::max(1, n / 10), one);
-  raw_round(rank, bytes, std::max(1, n / 10), many);
+  link_round(job, link, std::max(1, n / 10), make);  // warm-up: connections, allocations
+  raw_round(job, bytes, std::max(1, n / 10), one);
+  raw_round(job, bytes, std::max(1, n / 10), many);
   for (int r = 0; r < rounds; ++r) {
-    const double a = raw_round(rank, bytes, n, one);
-    const double b = link_round(rank, link, n, make);
-    const double c = raw_round(rank, bytes, n, many);
+    const double a = raw_round(job, bytes, n, one);
+    const double b = link_round(job, link, n, make);
+    const double c = raw_round(job, bytes, n, many);
     raw.push_back(n / a);
     lnk.push_back(n / b);
     raw_many.push_back(n / c);
     ratio.push_back(a / b);  // link throughput / raw throughput, same round
     ratio_many.push_back(c / b);
     if (small) {
-      bound.push_back(window_bound_round(rank, bytes, trips, Link::depth, one[0]));
+      bound.push_back(window_bound_round(job, bytes, trips, Link::depth, one[0]));
       ratio_bound.push_back((n / b) / bound.back());
     }
   }
@@ -229,11 +247,13 @@ std::string load_average() {
 
 int main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  // The level the job asks for when it starts MPI itself, so the link runs as in a
+  // program: the raw rounds and barriers hold the job's MPI lock (job::lock_mpi).
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (provided < MPI_THREAD_MULTIPLE || size != 2) {
-    std::fprintf(stderr, "bench_mpi_link: needs exactly 2 ranks and MPI_THREAD_MULTIPLE (got %d ranks, level %d)\n",
+  if (provided < MPI_THREAD_SERIALIZED || size != 2) {
+    std::fprintf(stderr, "bench_mpi_link: needs exactly 2 ranks and MPI_THREAD_SERIALIZED (got %d ranks, level %d)\n",
                  size, provided);
     MPI_Finalize();
     return 2;
@@ -278,13 +298,16 @@ int main(int argc, char** argv) {
       drop_sent(big);  // the next size starts afresh
     }
     // Idle: the job started, links attached, nothing sent.
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier(job, small);
     const double c0 = process_cpu_seconds();
     const auto t0 = clock_type::now();
     std::this_thread::sleep_for(std::chrono::seconds(1));
     const double share = (process_cpu_seconds() - c0) / std::chrono::duration<double>(clock_type::now() - t0).count();
     double shares[2] = {0, 0};
-    MPI_Gather(&share, 1, MPI_DOUBLE, shares, 1, MPI_DOUBLE, 1, MPI_COMM_WORLD);
+    {
+      const auto lk = job.lock_mpi();
+      MPI_Gather(&share, 1, MPI_DOUBLE, shares, 1, MPI_DOUBLE, 1, MPI_COMM_WORLD);
+    }
     if (job.rank() == 1) {
       std::printf("idle job, 1 s: process CPU %.2f %% (rank 0), %.2f %% (rank 1) of one core; load average at end: %s\n",
                   100 * shares[0], 100 * shares[1], load_average().c_str());

@@ -571,6 +571,58 @@ int all_matched(int argc, char** argv) {
   return failures;
 }
 
+// The program's own MPI calls under MPI_THREAD_SERIALIZED (the level the job
+// asks for): while job.lock_mpi() is held the job makes no pass and no link
+// drives itself, so a collective on the program's communicator cannot meet a
+// call of the job's; once released, the job goes on and a link still carries
+// every item. Each round waits for the link to settle (mpi_link::settled) first.
+int lock_mpi(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  dflash::mpi::mpi_link<tick, "lm", depth> link(job, {0}, {1});
+  dflash::NullProfiler np;
+  for (int round = 0; round < 3; ++round) {
+    int sum = 0, one = 1;
+    // The previous round's traffic first: a rank that locks with its items or
+    // credits pending stalls its peer (this rank knows it sent or received them all).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!link.settled() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    RANK_CHECK(link.settled());
+    {
+      auto lk = job.lock_mpi();
+      const auto passes = job.progress_passes();
+      job.wake();  // a pass is due at once: only the lock holds it back
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      RANK_CHECK(job.progress_passes() == passes);
+      MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      RANK_CHECK(job.progress_passes() == passes);
+    }
+    RANK_CHECK(sum == job.size());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    const auto before = job.progress_passes();
+    while (job.progress_passes() == before && std::chrono::steady_clock::now() < until) {
+      job.wake();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    RANK_CHECK(job.progress_passes() > before);  // released: the job goes on
+    const int items = 3 * static_cast<int>(depth);  // more than one credit window: credits must flow
+    if (job.rank() == 0) {
+      for (int i = 0; i < items; ++i) link.send(tick{0, round * items + i, 0}, np);
+    } else {
+      for (int i = 0; i < items; ++i) {
+        auto x = link.receive(np);
+        RANK_CHECK(x && x->seq == round * items + i);
+      }
+    }
+  }
+  if (job.rank() == 0) link.close();
+  else RANK_CHECK(!link.receive(np));
+  RANK_CHECK(job.finish().ok);
+  return failures;
+}
+
 // A blocked send or receive makes its link's MPI calls itself (job::drive)
 // rather than handing each item or credit to the progress thread: on both
 // ranks stage threads drove the link, and every item still arrived once.
@@ -1314,6 +1366,7 @@ int main(int argc, char** argv) {
     if (mode == "batches") return batches(argc, argv);
     if (mode == "driven") return driven(argc, argv);
     if (mode == "all_matched") return all_matched(argc, argv);
+    if (mode == "lock_mpi") return lock_mpi(argc, argv);
     if (mode == "reuse") return reuse(argc, argv);
     if (mode == "stress") return stress(argc, argv);
     if (mode == "oversize") return oversize(argc, argv);

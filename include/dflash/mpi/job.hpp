@@ -20,8 +20,8 @@
 // thread, never at once: MPI_THREAD_SERIALIZED is enough (see runtime.hpp).
 // One thread polling with MPI_Iprobe/MPI_Test is also what lets a blocked
 // rank notice a remote stop. If the program initialised MPI itself with
-// MPI_THREAD_MULTIPLE it may keep making its own MPI calls concurrently (the
-// benchmark does).
+// MPI_THREAD_MULTIPLE it may keep making its own MPI calls concurrently;
+// under MPI_THREAD_SERIALIZED it makes them holding lock_mpi().
 //
 // Stop: when the local pipeline is cancelled (a stage threw, or a stage ended
 // it with dflash::pipeline_stop) the progress thread sees it within a poll
@@ -246,6 +246,16 @@ class job {
   }
   /// A STOP was seen (from this rank or another).
   [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
+
+  /// The program's own MPI calls between start() and finish() under
+  /// MPI_THREAD_SERIALIZED: while the returned lock is held, neither the
+  /// progress thread nor a link makes an MPI call. Links make no progress
+  /// meanwhile either, so hold it only around calls that complete without
+  /// them (a collective on the program's own communicator, a raw send), never
+  /// while waiting for an item or a credit. Not needed where the program
+  /// initialised MPI with MPI_THREAD_MULTIPLE, which OpenMPI pays for with
+  /// locks inside every MPI call, the job's included.
+  [[nodiscard]] std::unique_lock<std::mutex> lock_mpi() { return std::unique_lock(mpi_m_); }
 
   /// Collective end: waits until this rank's sends completed, sends its final
   /// snapshot and status to rank 0, and returns once rank 0 has everyone's.

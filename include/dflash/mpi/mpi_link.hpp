@@ -202,6 +202,14 @@ class link_core final : public channel {
     if (spare_.size() < Depth) spare_.push_back(std::move(item));
   }
 
+  [[nodiscard]] bool settled() const {
+    std::lock_guard lk(m_);
+    const bool sent = !producer_ || (outbox_.empty() && in_flight_ == 0);
+    const bool owed = consumer_ && (!inbox_.empty() || std::any_of(credit_due_.begin(), credit_due_.end(),
+                                                                   [](std::uint64_t n) { return n > 0; }));
+    return sent && !owed;
+  }
+
   [[nodiscard]] link_stats stats() const {
     std::lock_guard lk(m_);
     auto s = stats_;
@@ -817,6 +825,14 @@ class mpi_link {
   void recycle(T&& item) { core_->recycle(std::move(item)); }
 
   [[nodiscard]] link_stats stats() const { return core_->stats(); }
+
+  /// Nothing of this rank's is pending on the link: as a producer, every item
+  /// it sent was consumed (its credit came back); as a consumer, it holds no
+  /// unread item and owes no credit. Items still on their way to a consumer
+  /// are not seen there, so a consumer rank knows from its own count (or FIN)
+  /// that it received everything. Before job::lock_mpi() on both sides of a
+  /// link: a rank that holds the lock with traffic pending stalls its peer.
+  [[nodiscard]] bool settled() const { return core_->settled(); }
 
  private:
   job& job_;
