@@ -34,6 +34,9 @@ struct drafter_train {
   using output_type = void;
   using keys = dflash::key_set<"drafter_step">;
   using clock = std::chrono::steady_clock;
+  // The train loop keeps its thread: its model state and, with a GPU, its
+  // context stay on one thread, and producers never run a step themselves.
+  static constexpr bool own_threads_only = true;
 
   drafter_train(const P& p, Drafter* d, TrainLog* l, Console* c, std::int64_t steps, double interval) noexcept
       : prof(p), drafter(d), log(l), console(c), total_steps(steps), progress_interval(interval) {}
