@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <thread>
 
@@ -150,4 +151,35 @@ TEST_CASE("stage seats: while a stage's own thread waits for a seat, helpers tak
   CHECK(seats.waiting() == 0);
   seats.give(0);
   CHECK(seats.try_take() == 0);
+}
+
+// The FIFO guard against a queue whose push count is read while another
+// producer's item is pushed and seated: producer P pushed A (position 0),
+// A's own thread popped it but has not taken its seat; P reads the push count
+// (1), and before it reads the seated count, producer Q pushes C and C's own
+// thread seats it (pushes 2, seated 1). The one seated item is C, not A: P's
+// next item must not be helped, or worker index 0 gets it before A.
+TEST_CASE("stage seats: an item seated after the push count was read does not stand in for an earlier one",
+          "[pipeline][help]") {
+  dflash::detail::stage_seats seats(2);
+  struct racing_queue {
+    dflash::detail::stage_seats* seats;
+    mutable std::uint64_t claimed = 1;  // A
+    std::uint64_t pushes() const noexcept {
+      const std::uint64_t seen = claimed;
+      ++claimed;           // Q pushes C ...
+      seats->seated_one(); // ... and C's own thread seats it, before P reads on
+      return seen;
+    }
+  } q{&seats};
+  CHECK_FALSE(seats.all_seated(q));
+  CHECK(seats.seated() == 1);
+
+  struct still_queue {
+    std::uint64_t n;
+    std::uint64_t pushes() const noexcept { return n; }
+  };
+  seats.seated_one();  // A seated too: both pushed items are
+  CHECK(seats.all_seated(still_queue{2}));
+  CHECK_FALSE(seats.all_seated(still_queue{3}));
 }

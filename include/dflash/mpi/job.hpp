@@ -252,7 +252,10 @@ class job {
   /// progress thread nor a link makes an MPI call. Links make no progress
   /// meanwhile either, so hold it only around calls that complete without
   /// them (a collective on the program's own communicator, a raw send), never
-  /// while waiting for an item or a credit. Not needed where the program
+  /// while waiting for an item or a credit, and take it once the links it
+  /// could stall are settled (mpi_link::settled() on both sides) — a snapshot
+  /// that lasts only while no stage thread uses them: between runs, or on the
+  /// thread that is a link's only user. Not needed where the program
   /// initialised MPI with MPI_THREAD_MULTIPLE, which OpenMPI pays for with
   /// locks inside every MPI call, the job's included.
   [[nodiscard]] std::unique_lock<std::mutex> lock_mpi() { return std::unique_lock(mpi_m_); }
@@ -489,8 +492,8 @@ class job {
         }
         requests = in_flight();
         driven = std::exchange(drives_, 0) > 0;  // stage threads drove since the last pass
+        passes_.fetch_add(1, std::memory_order_relaxed);  // counted under the lock: lock_mpi() holders see no pass
       }
-      passes_.fetch_add(1, std::memory_order_relaxed);
       waker_.after_pass(busy, requests, driven || drivers_.load(std::memory_order_relaxed) > 0);
     }
   }

@@ -115,7 +115,7 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
         auto& q = c.template link<I>();
         // FIFO per producer thread: helped only when every item pushed before has
         // been seated (overtakes none). Once cancelled, the push below fails as usual.
-        if ((!fifo_stage<Core, I + 1>() || q.pushes() <= seats->seated()) && !c.cancelled()) {
+        if ((!fifo_stage<Core, I + 1>() || seats->all_seated(q)) && !c.cancelled()) {
           q.record_handover();
           using P = std::remove_cvref_t<decltype(c.prof())>;
           if constexpr (P::enabled) {  // a push and a pop that did not wait, as the queue records them

@@ -74,6 +74,16 @@ class stage_seats {
   /// overtake none, so items keep FIFO order per producer thread.
   void seated_one() noexcept { seated_.fetch_add(1, std::memory_order_release); }
   [[nodiscard]] std::uint64_t seated() const noexcept { return seated_.load(std::memory_order_acquire); }
+  /// Every item pushed to `q` so far (q.pushes()) has been seated, so a helped
+  /// item overtakes none. The seated count is read first: the k items seated
+  /// then stand at k distinct queue positions, all below any push count read
+  /// later. Read the other way round, items pushed and seated between the two
+  /// reads (another producer's) could stand in for an earlier unseated one.
+  template <class Queue>
+  [[nodiscard]] bool all_seated(const Queue& q) const noexcept {
+    const std::uint64_t s = seated();
+    return q.pushes() <= s;
+  }
 
   /// Whether the holder of seat i times this call (it then reports it with sampled()).
   [[nodiscard]] bool sample(std::size_t i) noexcept { return seats_[i].calls++ % sample_every == 0; }
