@@ -114,7 +114,7 @@ struct observed {
   std::atomic<int> broken{0};    // items whose device data was not intact
   std::atomic<int> out_of_order{0};
   std::atomic<int> overlapped{0};  // calls that found their worker index already in a call
-  std::atomic<int> index_reordered{0};  // one source worker: a worker index got an older item after a newer one
+  std::atomic<int> index_reordered{0};  // a worker index got a source worker's older item after a newer one
   int last = -1;
 };
 
@@ -297,6 +297,21 @@ using direct_pipe = dflash::Pipeline<NullProfiler, d_source, dflash::direct_link
 // Cheap host stages are called by their producers' threads (host_worker.hpp):
 // a worker index still has one call at a time, the in_order stage delivers in
 // order, and the one-worker stages after it keep that (FIFO) order.
+constexpr int tracked_items = 1 << 16;  // items whose producer is noted (an endless run may make more)
+// d_source, noting which of its workers made each item: one worker's items
+// rise (they come from one counter), so each worker index must see them rise.
+struct d_noting_source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = int;
+  d_source base;
+  int* producer_of;  // read downstream after the queue's hand-over
+  std::optional<int> operator()(std::size_t w) const {
+    auto x = base();
+    if (x && *x < tracked_items) producer_of[*x] = static_cast<int>(w);
+    return x;
+  }
+};
 struct h_indexed_mid {
   static constexpr dflash::fixed_string name{"mid"};
   using input_type = int;
@@ -304,12 +319,14 @@ struct h_indexed_mid {
   const scenario* s;
   observed* o;
   std::atomic<int>* busy;  // one flag per worker index
-  int* last;               // per worker index: the latest item it got (written under its busy flag)
+  const int* producer_of;
+  int (*last)[3];          // per worker index and source worker: the latest item it got (under the index's busy flag)
   int operator()(int&& x, std::size_t w) const {
     if (busy[w].exchange(1, std::memory_order_acquire) != 0) o->overlapped.fetch_add(1);
-    if (s->w_source == 1) {  // FIFO per producer thread: each index gets the source's items in order
-      if (x < last[w]) o->index_reordered.fetch_add(1);
-      last[w] = x;
+    if (x < tracked_items) {  // FIFO per producer thread: each index gets each source worker's items in order
+      int& l = last[w][producer_of[x]];
+      if (x < l) o->index_reordered.fetch_add(1);
+      l = x;
     }
     struct leave {
       std::atomic<int>& b;
@@ -330,7 +347,7 @@ struct h_pass {
   using output_type = int;
   int operator()(int&& x) const { return x; }
 };
-using help_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_source, 1>, dflash::queue_link<"in", 4>,
+using help_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_noting_source, 1>, dflash::queue_link<"in", 4>,
                                    dflash::workers<h_indexed_mid, 4>, dflash::queue_link<"mid", 4>,
                                    dflash::in_order<h_relay>, dflash::queue_link<"next", 4>, h_pass,
                                    dflash::queue_link<"out", 4>, h_sink>;
@@ -661,21 +678,24 @@ TEST_CASE("stress: a direct-link segment into in_order delivers every item once,
 
 // The source's and the stages' threads call the cheap stages after them
 // help-first: every item once, in order through the in_order stage and the
-// one-worker stages after it, and each worker index gets the source's items in
-// order (one source worker); one call per worker index.
+// one-worker stages after it (one source worker), each worker index gets each
+// source worker's items in order, and one call per worker index.
 TEST_CASE("stress: help-first over queue links: every item once, in order, one call per worker index",
           "[stress][in_order][help]") {
   std::atomic<int> busy[4] = {0, 0, 0, 0};
-  int last[4] = {};
+  int last[4][3] = {};
+  std::vector<int> producer_of(tracked_items);
   stress(
       "help-first over queues", false,
-      [&busy, &last](const scenario& s, observed& o, std::atomic<int>& next) {
-        for (int& l : last) l = -1;
+      [&](const scenario& s, observed& o, std::atomic<int>& next) {
+        for (auto& per_index : last)
+          for (int& l : per_index) l = -1;
         auto shape = help_pipe::default_shape();
         shape.workers = {s.w_source, s.w_mid, 1, 1, 1};
         shape.depths = {s.depth_in, s.depth_link, s.depth_link, s.depth_out};
-        return std::make_unique<help_pipe>(shape, d_source{&s, &o, &next}, h_indexed_mid{&s, &o, busy, last}, h_relay{},
-                                           h_pass{}, h_sink{&s, &o});
+        return std::make_unique<help_pipe>(shape, d_noting_source{d_source{&s, &o, &next}, producer_of.data()},
+                                           h_indexed_mid{&s, &o, busy, producer_of.data(), last}, h_relay{}, h_pass{},
+                                           h_sink{&s, &o});
       },
       [](const scenario& s) { return s.w_source == 1; },
       [](const scenario&, const observed& o) {
