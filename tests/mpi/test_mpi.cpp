@@ -207,6 +207,23 @@ struct collect_sink {
   }
 };
 
+// After finish() nothing is received on the job's communicator any more: a
+// message still there is one a link or the job left unmatched (its
+// unsynchronised headers and credits must be ended by a synchronous one).
+// Probes `tries` times (each probe also moves MPI's progress) and names the first.
+bool left_unmatched(const dflash::mpi::job& job, int tries) {
+  for (int k = 0; k < tries; ++k) {
+    int pending = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job.comm(), &pending, &st);
+    if (!pending) continue;
+    std::fprintf(stderr, "rank %d: a message from rank %d, tag %d, is left unmatched after finish()\n", job.rank(),
+                 st.MPI_SOURCE, st.MPI_TAG);
+    return true;
+  }
+  return false;
+}
+
 constexpr std::size_t depth = 4;
 template <class T>
 using link_t = dflash::mpi::mpi_link<T, "net", depth>;
@@ -559,15 +576,7 @@ int all_matched(int argc, char** argv) {
   }
   (void)job.finish();
   MPI_Barrier(job.comm());  // every rank finished: whatever it sent is on its way
-  int pending = 0;
-  for (int k = 0; k < 2000 && !pending; ++k) {  // each probe also moves MPI's progress
-    MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job.comm(), &pending, &st);
-    if (pending)
-      std::fprintf(stderr, "rank %d: a message from rank %d, tag %d, is left unmatched after finish()\n",
-                   job.rank(), st.MPI_SOURCE, st.MPI_TAG);
-  }
-  RANK_CHECK(!pending);
+  RANK_CHECK(!left_unmatched(job, 2000));
   return failures;
 }
 
@@ -1079,19 +1088,7 @@ void scenario_rank(const scenario& sc, outcome& o) {
   const auto res = job.finish();
   o.status = res.ok ? 0 : 1;
   o.error = res.error;
-  // After finish() nothing is received on the job's communicator any more: a
-  // message still there is one a link or the job left unmatched (its
-  // unsynchronised headers and credits must be closed by a synchronous one).
-  for (int k = 0; k < 200; ++k) {  // each probe also moves MPI's progress
-    int pending = 0;
-    MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, job.comm(), &pending, &st);
-    if (!pending) continue;
-    std::fprintf(stderr, "rank %d: a message from rank %d, tag %d, is left unmatched after finish()\n", me,
-                 st.MPI_SOURCE, st.MPI_TAG);
-    o.status = 4;  // judged "failed unexpectedly"
-    break;
-  }
+  if (left_unmatched(job, 200)) o.status = 4;  // judged "failed unexpectedly"
 }
 
 // Rank 0's verdict on one scenario; the empty string if it holds.
@@ -1389,7 +1386,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, driven, all_matched, stress, oversize, layout_mismatch, unwind_prof_first, "
+                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, driven, all_matched, lock_mpi, stress, oversize, layout_mismatch, unwind_prof_first, "
                        "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress)\n", mode.c_str());
   return 2;
 }

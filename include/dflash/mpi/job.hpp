@@ -342,10 +342,6 @@ class job {
     std::lock_guard lk(ch_m_);
     std::erase_if(channels_, [c](const auto& o) { return o.get() == c; });
   }
-  /// In progress() only (mpi_m_ held): an MPI_Issend whose buffer the job
-  /// keeps until it completes (FINAL waits for it).
-  void post_owned(std::vector<std::byte> bytes, int dest, int tag) { owned_.post(std::move(bytes), dest, tag, comm()); }
-
   static constexpr int tag_links = dflash::mpi::tag_links;  ///< links' tags start here
 
  private:

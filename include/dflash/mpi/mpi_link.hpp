@@ -204,7 +204,7 @@ class link_core final : public channel {
 
   [[nodiscard]] bool settled() const {
     std::lock_guard lk(m_);
-    const bool sent = !producer_ || (outbox_.empty() && in_flight_ == 0);
+    const bool sent = !producer_ || in_flight_ == 0;  // counts each item from send() to its credit
     const bool owed = consumer_ && (!inbox_.empty() || std::any_of(credit_due_.begin(), credit_due_.end(),
                                                                    [](std::uint64_t n) { return n > 0; }));
     return sent && !owed;
