@@ -5,9 +5,10 @@
 // through 2 x Depth buffers, as many as the link's items cycle through; for
 // small items "bound" is what a credit window of Depth items allows at most
 // (Depth items per MPI round trip, see window_bound_round). Rank 0 sends,
-// rank 1 receives; a round is timed on the receiver between two barriers. Then the CPU an idle job burns: both ranks sleep 1 s
-// with the job started and its links attached; process CPU time over that
-// second, as a share of one core.
+// rank 1 receives; a round is timed on the receiver between two barriers.
+// Then the CPU an idle job burns: both ranks sleep 1 s with the job started
+// and its links attached; process CPU time over that second, as a share of
+// one core.
 //
 // Usage: mpirun -np 2 bench_mpi_link [rounds=11] [--benchmark_out=PATH]
 // With --benchmark_out (scripts/bench.sh passes it) rank 1 also writes the
@@ -67,14 +68,7 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 constexpr std::size_t depth = 8;  // the depth the example uses for its hs_net link
 
-struct stats {
-  double median, lo, hi;
-};
-stats summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t h = v.size() / 2;
-  return {v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2, v.front(), v.back()};
-}
+using dflash_bench::summarize;
 
 // One buffer again and again (MPI's best case), or `bufs` buffers in turn: the
 // link cycles through that many (Depth in flight, up to Depth kept for reuse on
@@ -199,8 +193,8 @@ void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& 
   const double gb = static_cast<double>(bytes) / 1e9;
   auto line = [&](const char* who, const std::vector<double>& v) {
     const auto S = summarize(v);
-    std::printf("%-22s %-9s %10.0f items/s [%.0f..%.0f]  %7.3f GB/s [%.3f..%.3f]\n", what, who, S.median, S.lo,
-                S.hi, S.median * gb, S.lo * gb, S.hi * gb);
+    std::printf("%-22s %-9s %10.0f items/s [%.0f..%.0f]  %7.3f GB/s [%.3f..%.3f]\n", what, who, S.median, S.min,
+                S.max, S.median * gb, S.min * gb, S.max * gb);
   };
   line("raw", raw);
   const std::string many_label = "raw x" + std::to_string(many.size());
@@ -208,25 +202,21 @@ void compare(dflash_bench::comparison& cmp, const char* what, dflash::mpi::job& 
   line("link", lnk);
   if (small) line("bound", bound);  // depth items per MPI round trip
   const auto Q = summarize(ratio), M = summarize(ratio_many);
-  std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)", what, Q.median, Q.lo,
-              Q.hi, many.size(), M.median, M.lo, M.hi);
-  if (small) {
-    const auto B = summarize(ratio_bound);
-    std::printf("   link/bound %.2f [%.2f..%.2f]", B.median, B.lo, B.hi);
-  }
+  std::printf("%-22s link/raw %.2f [%.2f..%.2f]   link/raw x%zu %.2f [%.2f..%.2f] (per round)", what, Q.median, Q.min,
+              Q.max, many.size(), M.median, M.min, M.max);
+  const auto B = small ? summarize(ratio_bound) : dflash_bench::stats{};
+  if (small) std::printf("   link/bound %.2f [%.2f..%.2f]", B.median, B.min, B.max);
   std::printf("\n");
   std::fflush(stdout);
   // The like-for-like baseline first (the report's targets are against it), then MPI's best case.
   const auto L = summarize(lnk);
   cmp.add_row(what, "mpi_link", many_label + " buffers in turn (like for like)", rounds, L.median,
-              summarize(raw_many).median, {M.median, M.lo, M.hi});
+              summarize(raw_many).median, M);
   cmp.add_row(what, "mpi_link", "raw, one buffer again and again (MPI best case)", rounds, L.median,
-              summarize(raw).median, {Q.median, Q.lo, Q.hi});
-  if (small) {
-    const auto B = summarize(ratio_bound);
+              summarize(raw).median, Q);
+  if (small)
     cmp.add_row(what, "mpi_link", "credit-window bound: depth items per MPI round trip", rounds, L.median,
-                summarize(bound).median, {B.median, B.lo, B.hi});
-  }
+                summarize(bound).median, B);
 }
 
 double process_cpu_seconds() {
