@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <optional>
@@ -628,6 +630,88 @@ int lock_mpi(int argc, char** argv) {
   }
   if (job.rank() == 0) link.close();
   else RANK_CHECK(!link.receive(np));
+  RANK_CHECK(job.finish().ok);
+  return failures;
+}
+
+// Items of 200 KiB that cross as their bytes: a window of them is more than
+// one header message may carry (1 MiB), so the producer splits what it posts,
+// and the consumer (which keeps one header message's receive posted) gets
+// every item once, in order and intact.
+struct wide {
+  std::int64_t seq = -1;
+  std::array<std::uint64_t, 25599> fill{};  // 200 KiB in all
+};
+int wide_headers(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  constexpr std::size_t wide_depth = 8;  // 1.6 MiB of headers in a full window
+  dflash::mpi::mpi_link<wide, "wide", wide_depth> link(job, {0}, {1});
+  dflash::NullProfiler np;
+  const int items = 40;
+  auto expect = std::make_unique<wide>();
+  auto fill = [](wide& w, std::int64_t seq) {
+    w.seq = seq;
+    for (std::size_t k = 0; k < w.fill.size(); ++k) w.fill[k] = static_cast<std::uint64_t>(seq) * 1000003u + k;
+  };
+  if (job.rank() == 0) {
+    for (int i = 0; i < items; ++i) {
+      auto w = std::make_unique<wide>();
+      fill(*w, i);
+      link.send(std::move(*w), np);
+    }
+    link.close();
+  } else {
+    for (int i = 0; i < items; ++i) {
+      auto x = link.receive(np);
+      fill(*expect, i);
+      RANK_CHECK(x && x->seq == i);
+      if (x) RANK_CHECK(std::memcmp(x->fill.data(), expect->fill.data(), sizeof x->fill) == 0);
+    }
+    RANK_CHECK(!link.receive(np));
+  }
+  const auto st = link.stats();
+  if (job.rank() == 0) {
+    std::printf("%llu header messages, the largest with %llu items of %zu bytes\n",
+                static_cast<unsigned long long>(st.batches), static_cast<unsigned long long>(st.max_batch),
+                sizeof(wide));
+    RANK_CHECK(st.max_batch >= 1);
+    RANK_CHECK(st.max_batch * (sizeof(wide) + 8) + 5 <= (std::size_t{1} << 20));
+  }
+  RANK_CHECK(job.finish().ok);
+  return failures;
+}
+
+// An item whose header alone is over what one header message carries: send()
+// refuses it with the reason and the fix, before anything is posted, and the
+// link goes on (a later item arrives; the job ends normally).
+int header_limit(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  struct huge {
+    std::int64_t seq = -1;
+    std::array<std::uint64_t, (std::size_t{1} << 17) + 1> a{};  // just over 1 MiB
+  };
+  dflash::mpi::mpi_link<huge, "huge", depth> link(job, {0}, {1});
+  dflash::NullProfiler np;
+  if (job.rank() == 0) {
+    auto big = std::make_unique<huge>();
+    std::string what;
+    try {
+      link.send(std::move(*big), np);
+    } catch (const std::length_error& e) {
+      what = e.what();
+    }
+    std::printf("send refused: %s\n", what.c_str());
+    RANK_CHECK(what.find("\"huge\": an item's header") != std::string::npos);
+    RANK_CHECK(what.find("std::vector field") != std::string::npos);
+    RANK_CHECK(link.stats().sent == 0);
+    link.close();
+  } else {
+    RANK_CHECK(!link.receive(np));  // nothing arrives: the refused item never left
+  }
   RANK_CHECK(job.finish().ok);
   return failures;
 }
@@ -1373,6 +1457,8 @@ int main(int argc, char** argv) {
     if (mode == "unwind_after_end") return unwind<true, true>(argc, argv);
     if (mode == "throw_before_start") return throw_before_start(argc, argv);
     if (mode == "fatal_progress") return fatal_progress(argc, argv);
+    if (mode == "wide_headers") return wide_headers(argc, argv);
+    if (mode == "header_limit") return header_limit(argc, argv);
     if (mode == "aggregate") return aggregate(argc, argv);
     if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
     if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
@@ -1387,6 +1473,6 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
                        "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, driven, all_matched, lock_mpi, stress, oversize, layout_mismatch, unwind_prof_first, "
-                       "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress)\n", mode.c_str());
+                       "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress, wide_headers, header_limit)\n", mode.c_str());
   return 2;
 }

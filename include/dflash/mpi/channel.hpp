@@ -27,6 +27,10 @@ class channel {
   virtual bool in_flight() = 0;
   /// First tag of the three the link uses (must be equal on every rank).
   virtual int tag_base() const = 0;
+  /// The job's loop ended (every rank said FINAL, so no message of the link
+  /// is on its way here): cancel the receives the link keeps posted, before
+  /// MPI_Finalize. With the job's MPI lock held.
+  virtual void retire() {}
 };
 
 }  // namespace dflash::mpi

@@ -279,10 +279,17 @@ class job {
   /// runs and no other thread of it is making MPI calls (never waits for
   /// that); false if it did not.
   bool drive(channel& c) {
+    return drive_part([&c] { c.progress(); });
+  }
+  /// As drive(), but only the part of a link's work the calling stage waits
+  /// for (an item to post, credits to return): the rest is left to the next
+  /// full pass, so a hand-over does not pay for polling it did not ask for.
+  template <class Part>
+  bool drive_part(Part&& part) {
     std::unique_lock lk(mpi_m_, std::try_to_lock);
     if (!lk.owns_lock() || !driving_allowed_) return false;
     try {
-      c.progress();
+      part();
     } catch (const std::exception& e) {  // as on the progress thread: the link's state is unknown
       fatal(e.what());
     } catch (...) {
@@ -483,6 +490,7 @@ class job {
         busy |= send_final(s);
         busy |= rank() == 0 ? collect_finals_and_bye(s) : await_bye(s);
         if (s.done) {
+          retire_links();
           driving_allowed_ = false;  // finish() and ~job make MPI calls on their own thread next
           return;
         }
@@ -542,6 +550,11 @@ class job {
       for (const auto& c : channels_) busy |= c->progress();
     }
     return owned_.complete() || busy;
+  }
+  // Every rank said FINAL: the links' posted receives can go.
+  void retire_links() {
+    std::lock_guard lk(ch_m_);
+    for (const auto& c : channels_) c->retire();
   }
   // 4. Periodic snapshots: rank 0 reports its own and the latest of the others.
   bool send_periodic_report(loop_state& s) {

@@ -24,8 +24,9 @@
 // * Backpressure by credits: each producer rank has at most Depth items in
 //   flight (sent, not yet taken by a consumer's source stage); a consumer
 //   returns credits for the items its source stage took, in batches (half a
-//   window, or whenever it holds none of that producer's items, so a
-//   producer never waits for credits of items already consumed). A consumer
+//   window; fewer once the stage stops taking items and holds none of that
+//   producer's, so a producer never waits long for credits of items already
+//   consumed). A consumer
 //   so buffers at most Depth items per producer. A producer sends each item
 //   to the consumer with the fewest of its items in flight.
 // * Exactly once: every item goes to one consumer and is delivered once.
@@ -42,8 +43,11 @@
 // * Wire: trivially copyable T, or wire<T> (wire.hpp). Items queued while
 //   a batch header is in flight (or while the sink waits for credits) go
 //   as one header message per consumer (small items cross as their
-//   headers), then each buffer straight from the item's memory
-//   (MPI_Issend, no staging copy).
+//   headers; a batch over 1 MiB of headers is split, and an item whose
+//   header alone is over it is refused by send()), then each buffer
+//   straight from the item's memory (MPI_Issend, no staging copy). Headers
+//   and credits land in receives kept posted: testing one costs less than a
+//   probe, and a message that finds its receive posted is copied once.
 // * Unsynchronised headers and credits: batch headers and credits are
 //   MPI_Isend (no acknowledgement from the receiver: a 64-byte item would
 //   otherwise pay a message back per batch and per credit). Each such
@@ -54,7 +58,8 @@
 // * Threads: a blocked send / receive makes the link's MPI calls itself
 //   (job::drive) for a while before it sleeps, and an item or credit
 //   handed over is posted by the calling thread when the job's MPI lock is
-//   free: the progress thread is the fallback, not a hop per item.
+//   free (that post alone, not a whole pass): the progress thread is the
+//   fallback, not a hop per item.
 // * Validation: a consumer checks each header against its wire<T> layout and
 //   each size against the buffer message that arrived (matched probes)
 //   before it allocates; an item that does not fit fails the job with the
@@ -100,11 +105,13 @@ struct link_stats {
   std::vector<std::uint64_t> taken_from;   ///< per rank: its items this rank's source stage took
   std::vector<std::uint64_t> credits_to;   ///< per rank: credits returned to it
   std::uint64_t max_credit_batch = 0;      ///< most credits returned in one message
+  std::uint64_t credit_messages = 0;       ///< credit messages sent (credits / this: the mean batch)
   std::uint64_t rejected = 0;              ///< items that did not fit this rank's wire<T> (job failed)
   // producer side
   std::uint64_t sent = 0;                  ///< items handed to MPI
   std::uint64_t queued = 0;                ///< items handed to send(), not yet posted (now)
   std::uint64_t max_batch = 0;             ///< most items posted in one header message
+  std::uint64_t batches = 0;               ///< header messages posted (sent / this: the mean batch)
   std::vector<std::uint64_t> credits_from; ///< per rank: credits it returned
   // both
   std::uint64_t driven = 0;  ///< passes over the link made by a stage thread in send/receive (job::drive)
@@ -153,7 +160,7 @@ class link_core final : public channel {
     // sees that header complete posts it: the progress thread polls meanwhile).
     const bool post_now = headers_in_flight_ == 0;
     lk.unlock();
-    if (post_now && !drive()) job_.wake();
+    if (post_now && !drive_part([this] { post_batches(job_.comm()); })) job_.wake();
   }
 
   std::optional<T> take_sent() {
@@ -188,12 +195,12 @@ class link_core final : public channel {
     const auto r = static_cast<std::size_t>(src);
     --buffered_[r];
     ++credit_due_[r];
-    const bool credits_go = credits_due(r);
+    const bool credits_go = credits_due(r, /*idle=*/false);
     ++stats_.received;
     ++stats_.taken_from[r];
     lk.unlock();
     if (from) *from = src;
-    if (credits_go && !drive()) job_.wake();
+    if (credits_go && !drive_part([this] { post_credits(job_.comm(), /*idle=*/false); })) job_.wake();
     return std::move(item);
   }
 
@@ -264,11 +271,14 @@ class link_core final : public channel {
 
   bool in_flight() override { return !sends_.empty() || !recvs_.empty() || !credits_out_.empty(); }  // under the job's MPI lock
 
-  bool progress() override {
-    bool busy = false;
-    if (producer_) busy |= progress_producer();
-    if (consumer_) busy |= progress_consumer();
-    return busy;
+  bool progress() override { return pass(/*idle=*/true); }
+
+  void retire() override {
+    for (MPI_Request* r : {&credit_req_, &header_req_})
+      if (*r != MPI_REQUEST_NULL) {
+        check(MPI_Cancel(r), "MPI_Cancel");
+        check(MPI_Wait(r, MPI_STATUS_IGNORE), "MPI_Wait");  // cancelled, or a closing marker that matched
+      }
   }
 
   static constexpr int tag_base_ = job::tag_links + 3 * static_cast<int>(key_set_hash(std::array{Name.view()}) % 8000);
@@ -285,6 +295,14 @@ class link_core final : public channel {
   // stream of a producer that did not close (see quiescent()); it carries no items.
   static constexpr std::uint8_t batch_marker = 1, sync_marker = 2;
   using frame_word = std::uint32_t;
+  // No header message is longer, whatever the item type: a producer splits a
+  // batch to fit, and send() refuses an item whose header alone does not. So
+  // a consumer receives every header into one buffer of this size it keeps
+  // posted, even from a producer that disagrees on the item type (a message
+  // longer than a posted receive is an error in MPI, and OpenMPI's
+  // shared-memory transport then writes past the buffer).
+  static constexpr std::size_t max_header_message = std::size_t{1} << 20;
+  static constexpr std::size_t max_item_header = max_header_message - 1 - 3 * sizeof(frame_word);
   // Credits go back when this many are due for a producer (or it has no items held here).
   static constexpr std::uint64_t credit_batch = Depth / 2 > 0 ? Depth / 2 : 1;
   // Items whose buffers a producer or consumer keeps for reuse: vectors only.
@@ -293,7 +311,8 @@ class link_core final : public channel {
   struct send_rec {
     std::vector<T> items;
     std::vector<std::byte> header;
-    std::vector<MPI_Request> reqs;  // the header's first (none: FIN)
+    std::vector<wire_buffer> bufs;  // the items' buffers, in order
+    std::vector<MPI_Request> reqs;  // the header's first, then the buffers'
     bool header_done = false;
   };
   struct recv_rec {
@@ -322,9 +341,11 @@ class link_core final : public channel {
         header += sizeof(M);
       }
     });
-    // Depth items' headers share one message.
-    if (header > (wire_max_buffer_bytes - 8) / Depth - 2 * sizeof(frame_word))
-      throw std::length_error(link_name() + ": an item's header is over 2 GiB / Depth (MPI's int count limit)");
+    if (header > max_item_header)
+      throw std::length_error(link_name() + ": an item's header (its fields other than vectors) is " +
+                              std::to_string(header) + " bytes, over the " + std::to_string(max_item_header) +
+                              " bytes one header message carries; give large arrays a std::vector field in wire<T>, so "
+                              "they cross as buffers of their own");
   }
   // A blocked send or receive drives the link itself (job::drive) for up to
   // drive_budget: within a credit window the answer usually comes in a few
@@ -337,7 +358,7 @@ class link_core final : public channel {
     const auto until = std::chrono::steady_clock::now() + drive_budget;
     for (unsigned i = 1;; ++i) {
       lk.unlock();
-      if (!drive()) std::this_thread::yield();  // the progress thread is in a pass
+      if (!drive_part([this] { pass(/*idle=*/false); })) std::this_thread::yield();  // the progress thread is in a pass
       lk.lock();
       if (ready()) return;
       if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
@@ -349,10 +370,19 @@ class link_core final : public channel {
     cv_.wait(lk, ready);
   }
   static constexpr std::chrono::microseconds drive_budget{200};
-  bool drive() {
-    if (!job_.drive(*this)) return false;
+  template <class Part>
+  bool drive_part(Part&& part) {
+    if (!job_.drive_part(std::forward<Part>(part))) return false;
     driven_.fetch_add(1, std::memory_order_relaxed);
     return true;
+  }
+  // One pass over the link's work. `idle`: the pass is the progress thread's
+  // (no stage is taking items), so credits short of a batch go back too.
+  bool pass(bool idle) {
+    bool busy = false;
+    if (producer_) busy |= progress_producer();
+    if (consumer_) busy |= progress_consumer(idle);
+    return busy;
   }
   std::atomic<std::uint64_t> driven_{0};
 
@@ -365,21 +395,30 @@ class link_core final : public channel {
     const auto* p = reinterpret_cast<const std::byte*>(&w);
     b.insert(b.end(), p, p + sizeof w);
   }
-  // With m_ held: credits for producer r go back now?
-  bool credits_due(std::size_t r) const {
-    return credit_due_[r] > 0 && (credit_due_[r] >= credit_batch || buffered_[r] == 0 || stopped_ ||
+  // With m_ held: credits for producer r go back now? A full batch always; fewer
+  // only when the stage is not taking items (`idle`: a pass of the progress
+  // thread) and holds none of r's, so r does not wait for credits of items
+  // already consumed. A stage that is taking items holds them back: a producer
+  // blocked for credits has Depth items here or on their way, so a batch
+  // comes due as the stage takes them, and one message per batch is what a
+  // small item's rate depends on.
+  bool credits_due(std::size_t r, bool idle) const {
+    return credit_due_[r] > 0 && (credit_due_[r] >= credit_batch || (idle && buffered_[r] == 0) || stopped_ ||
                                   fins_ == producers_.size());
   }
 
+  // Credits land in a receive kept posted (a test of it costs less than a
+  // probe, and a message that finds it posted is not copied twice).
   bool receive_credits(MPI_Comm c) {
     bool busy = false;
     MPI_Status st;
     int flag = 0;
     for (;;) {
-      check(MPI_Iprobe(MPI_ANY_SOURCE, tag_credit, c, &flag, &st), "MPI_Iprobe");
+      if (credit_req_ == MPI_REQUEST_NULL)
+        check(MPI_Irecv(&credit_in_, 1, MPI_UINT64_T, MPI_ANY_SOURCE, tag_credit, c, &credit_req_), "MPI_Irecv");
+      check(MPI_Test(&credit_req_, &flag, &st), "MPI_Test");
       if (!flag) break;
-      std::uint64_t n = 0;
-      check(MPI_Recv(&n, 1, MPI_UINT64_T, st.MPI_SOURCE, tag_credit, c, MPI_STATUS_IGNORE), "MPI_Recv");
+      const std::uint64_t n = credit_in_;
       std::lock_guard lk(m_);
       in_flight_ -= std::min<std::uint64_t>(n, in_flight_);
       for (std::size_t i = 0; i < consumers_.size(); ++i)
@@ -392,7 +431,8 @@ class link_core final : public channel {
   }
 
   // Everything the sink handed over: one batch per consumer, each to the
-  // consumer with the fewest of this rank's items in flight at the time.
+  // consumer with the fewest of this rank's items in flight at the time, in
+  // header messages of at most max_header_message bytes.
   bool post_batches(MPI_Comm c) {
     auto& to = to_;
     {
@@ -410,40 +450,63 @@ class link_core final : public channel {
         to[k].push_back(std::move(x));
       }
       outbox_.clear();
-      for (const auto& b : to) {
-        stats_.max_batch = std::max<std::uint64_t>(stats_.max_batch, b.size());
-        headers_in_flight_ += !b.empty();
-      }
     }
-    std::vector<std::byte> h;
-    std::vector<wire_buffer> item_bufs, bufs;
+    std::size_t headers = 0, largest = 0;
     for (std::size_t k = 0; k < to.size(); ++k) {
-      if (to[k].empty()) continue;
-      auto& s = sends_.emplace_back(send_rec{std::move(to[k]), {}, {}});
-      to[k].clear();  // moved from: empty for the next batch
-      s.header.push_back(std::byte{batch_marker});
-      put_word(s.header, static_cast<frame_word>(s.items.size()));
-      bufs.clear();
-      for (auto& x : s.items) {
-        wire_encode(x, h, item_bufs);
-        put_word(s.header, static_cast<frame_word>(item_bufs.size()));
-        put_word(s.header, static_cast<frame_word>(h.size()));
-        s.header.insert(s.header.end(), h.begin(), h.end());
-        bufs.insert(bufs.end(), item_bufs.begin(), item_bufs.end());
+      send_rec* s = nullptr;
+      for (auto& x : to[k]) {
+        wire_encode(x, item_header_, item_bufs_);
+        const std::size_t framed = 2 * sizeof(frame_word) + item_header_.size();
+        if (s && s->header.size() + framed > max_header_message) {
+          post_batch(*s, consumers_[k], c);
+          largest = std::max(largest, s->items.size());
+          s = nullptr;
+        }
+        if (!s) {
+          s = &new_send();
+          ++headers;
+          s->header.push_back(std::byte{batch_marker});
+          put_word(s->header, 0);  // the item count, set when the batch is posted
+        }
+        put_word(s->header, static_cast<frame_word>(item_bufs_.size()));
+        put_word(s->header, static_cast<frame_word>(item_header_.size()));
+        s->header.insert(s->header.end(), item_header_.begin(), item_header_.end());
+        s->bufs.insert(s->bufs.end(), item_bufs_.begin(), item_bufs_.end());
+        s->items.push_back(std::move(x));
       }
-      // Sizes were checked by send(); posting is all or nothing.
-      s.reqs.assign(1 + bufs.size(), MPI_REQUEST_NULL);
-      const int dest = consumers_[k];
-      const int hn = static_cast<int>(s.header.size());
-      if (streams_closed_)  // after the closing marker every send must be matched before FINAL
-        check(MPI_Issend(s.header.data(), hn, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
-      else
-        check(MPI_Isend(s.header.data(), hn, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Isend");
-      for (std::size_t b = 0; b < bufs.size(); ++b)
-        check(MPI_Issend(bufs[b].data, static_cast<int>(bufs[b].bytes), MPI_BYTE, dest, tag_buffer, c, &s.reqs[1 + b]),
-              "MPI_Issend");
+      to[k].clear();
+      if (s) {
+        post_batch(*s, consumers_[k], c);
+        largest = std::max(largest, s->items.size());
+      }
     }
+    std::lock_guard lk(m_);
+    headers_in_flight_ += headers;
+    stats_.batches += headers;
+    stats_.max_batch = std::max<std::uint64_t>(stats_.max_batch, largest);
     return true;
+  }
+  // A record for a send, from the completed ones when there are some (their
+  // vectors keep their memory: a batch allocates nothing once warm).
+  send_rec& new_send() {
+    if (free_sends_.empty()) return sends_.emplace_back();
+    sends_.splice(sends_.end(), free_sends_, free_sends_.begin());
+    return sends_.back();
+  }
+  void post_batch(send_rec& s, int dest, MPI_Comm c) {
+    const auto count = static_cast<frame_word>(s.items.size());
+    std::memcpy(s.header.data() + 1, &count, sizeof count);
+    // Sizes were checked by send(); posting is all or nothing.
+    s.reqs.assign(1 + s.bufs.size(), MPI_REQUEST_NULL);
+    const int hn = static_cast<int>(s.header.size());
+    if (streams_closed_)  // after the closing marker every send must be matched before FINAL
+      check(MPI_Issend(s.header.data(), hn, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
+    else
+      check(MPI_Isend(s.header.data(), hn, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Isend");
+    for (std::size_t b = 0; b < s.bufs.size(); ++b)
+      check(MPI_Issend(s.bufs[b].data, static_cast<int>(s.bufs[b].bytes), MPI_BYTE, dest, tag_buffer, c,
+                       &s.reqs[1 + b]),
+            "MPI_Issend");
   }
 
   bool progress_producer() {
@@ -464,11 +527,18 @@ class link_core final : public channel {
       }
       // a batch of items without buffers is done with its header (FIN has no items: tested here)
       if (it->header_done && ((it->reqs.size() == 1 && !it->items.empty()) || test_all(it->reqs))) {
-        std::lock_guard lk(m_);
-        if constexpr (reusable)
-          for (auto& x : it->items)
-            if (spent_.size() < Depth) spent_.push_back(std::move(x));
-        it = sends_.erase(it);
+        {
+          std::lock_guard lk(m_);
+          if constexpr (reusable)
+            for (auto& x : it->items)
+              if (spent_.size() < Depth) spent_.push_back(std::move(x));
+        }
+        it->items.clear();
+        it->header.clear();
+        it->bufs.clear();
+        it->reqs.clear();
+        it->header_done = false;
+        free_sends_.splice(free_sends_.end(), sends_, it++);
         busy = true;
       } else {
         ++it;
@@ -485,7 +555,7 @@ class link_core final : public channel {
     }
     if (fin_now) {
       for (int dest : consumers_) {
-        auto& s = sends_.emplace_back();
+        auto& s = new_send();
         s.header_done = true;  // not a batch: headers_in_flight_ does not count it
         s.reqs.assign(1, MPI_REQUEST_NULL);
         check(MPI_Issend(nullptr, 0, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
@@ -551,31 +621,31 @@ class link_core final : public channel {
   // A batch header into items (into recycled ones where there are some): an
   // item with no buffers and none of its producer's ahead of it goes to the
   // source stage at once, the others wait in a recv_rec for their buffers.
-  void parse_batch(const std::vector<std::byte>& h, int src) {
+  void parse_batch(const std::byte* h, const std::size_t size, int src) {
     auto malformed = [&] {  // not from an mpi_link: nothing can be drained
       return std::runtime_error(link_name() + ": malformed item header from rank " + std::to_string(src));
     };
     std::size_t at = 1 + sizeof(frame_word);
-    if (h.size() < at || h[0] != std::byte{batch_marker}) throw malformed();
+    if (size < at || h[0] != std::byte{batch_marker}) throw malformed();
     auto word = [&] {
-      if (h.size() - at < sizeof(frame_word)) throw malformed();
+      if (size - at < sizeof(frame_word)) throw malformed();
       frame_word w = 0;
-      std::memcpy(&w, h.data() + at, sizeof w);
+      std::memcpy(&w, h + at, sizeof w);
       at += sizeof w;
       return w;
     };
     frame_word count = 0;
-    std::memcpy(&count, h.data() + 1, sizeof count);
+    std::memcpy(&count, h + 1, sizeof count);
     auto& items = spans_;  // nbufs, header span
     items.clear();
     for (frame_word i = 0; i < count; ++i) {
       const frame_word nbufs = word();
       const std::size_t len = word();
-      if (h.size() - at < len) throw malformed();
+      if (size - at < len) throw malformed();
       items.push_back({nbufs, {at, len}});
       at += len;
     }
-    if (at != h.size() || count == 0) throw malformed();
+    if (at != size || count == 0) throw malformed();
     const auto s = static_cast<std::size_t>(src);
     std::string why;
     bool delivered = false;
@@ -592,7 +662,7 @@ class link_core final : public channel {
       if (nbufs == 0 && waiting_[s] == 0) {
         T x = spare();
         std::vector<wire_buffer> none;
-        if (auto w = fit(x, h.data() + span.first, span.second, 0, {}, none); !w.empty()) {
+        if (auto w = fit(x, h + span.first, span.second, 0, {}, none); !w.empty()) {
           ++stats_.rejected;
           if (why.empty()) why = std::move(w);
           continue;
@@ -606,8 +676,7 @@ class link_core final : public channel {
       r.item = spare();
       r.src = src;
       r.nbufs = nbufs;
-      r.header.assign(h.begin() + static_cast<std::ptrdiff_t>(span.first),
-                      h.begin() + static_cast<std::ptrdiff_t>(span.first + span.second));
+      r.header.assign(h + span.first, h + span.first + span.second);
       ++waiting_[s];
       ++buffered_[s];
     }
@@ -616,19 +685,23 @@ class link_core final : public channel {
     if (!why.empty()) report_reject(src, why);
   }
 
-  bool progress_consumer() {
+  bool progress_consumer(bool idle) {
     bool busy = false;
     MPI_Comm c = job_.comm();
     MPI_Status st;
     int flag = 0;
-    // headers (or FIN)
+    // headers (or FIN), into the receive kept posted (see receive_credits)
     for (;;) {
-      check(MPI_Iprobe(MPI_ANY_SOURCE, tag_header, c, &flag, &st), "MPI_Iprobe");
+      if (header_req_ == MPI_REQUEST_NULL) {
+        header_in_.resize(max_header_message);
+        check(MPI_Irecv(header_in_.data(), static_cast<int>(header_in_.size()), MPI_BYTE, MPI_ANY_SOURCE, tag_header,
+                        c, &header_req_),
+              "MPI_Irecv");
+      }
+      check(MPI_Test(&header_req_, &flag, &st), "MPI_Test");
       if (!flag) break;
       int n = 0;
       MPI_Get_count(&st, MPI_BYTE, &n);
-      header_in_.resize(static_cast<std::size_t>(n));
-      check(MPI_Recv(header_in_.data(), n, MPI_BYTE, st.MPI_SOURCE, tag_header, c, MPI_STATUS_IGNORE), "MPI_Recv");
       busy = true;
       if (n == 0) {
         std::lock_guard lk(m_);
@@ -636,7 +709,7 @@ class link_core final : public channel {
         continue;
       }
       if (n == 1 && header_in_[0] == std::byte{sync_marker}) continue;
-      parse_batch(header_in_, st.MPI_SOURCE);
+      parse_batch(header_in_.data(), static_cast<std::size_t>(n), st.MPI_SOURCE);
     }
     // buffer messages: matched in order per producer (an item's come before the next item's)
     auto& blocked = blocked_;
@@ -688,26 +761,36 @@ class link_core final : public channel {
     }
     if (delivered) cv_.notify_all();
     if (deliver.owns_lock()) deliver.unlock();
-    // credits for what the source stage took, in batches
-    auto& due = due_;
-    due.clear();
     {
       std::lock_guard lk(m_);
-      for (std::size_t r = 0; r < credit_due_.size(); ++r)
-        if (credits_due(r)) {
-          const std::uint64_t n = std::exchange(credit_due_[r], 0);
-          due.emplace_back(static_cast<int>(r), n);
-          stats_.credits_to[r] += n;
-          stats_.max_credit_batch = std::max(stats_.max_credit_batch, n);
-        }
       if (!closed_ && fins_ == producers_.size() && recvs_.empty()) {
         closed_ = true;
         cv_.notify_all();
       }
     }
+    busy |= post_credits(c, idle);
+    return busy;
+  }
+
+  // Credits for what the source stage took, in batches (credits_due).
+  bool post_credits(MPI_Comm c, bool idle) {
+    bool busy = false;
+    auto& due = due_;
+    due.clear();
+    {
+      std::lock_guard lk(m_);
+      for (std::size_t r = 0; r < credit_due_.size(); ++r)
+        if (credits_due(r, idle)) {
+          const std::uint64_t n = std::exchange(credit_due_[r], 0);
+          due.emplace_back(static_cast<int>(r), n);
+          stats_.credits_to[r] += n;
+          stats_.max_credit_batch = std::max(stats_.max_credit_batch, n);
+          ++stats_.credit_messages;
+        }
+    }
     for (auto [r, n] : due) {
-      credits_out_.post(wire_pack(n), r, tag_credit, c,
-                        streams_closed_ ? owned_sends::mode::synchronous : owned_sends::mode::unsynchronised);
+      credits_out_.post_copy(&n, sizeof n, r, tag_credit, c,
+                             streams_closed_ ? owned_sends::mode::synchronous : owned_sends::mode::unsynchronised);
       busy = true;
     }
     busy |= credits_out_.complete();
@@ -737,9 +820,13 @@ class link_core final : public channel {
   link_stats stats_;
 
   // with the job's MPI lock held only
-  std::list<send_rec> sends_;
+  std::list<send_rec> sends_, free_sends_;  // posted; completed, kept for their memory
+  std::vector<std::byte> item_header_;      // post_batches' scratch
+  std::vector<wire_buffer> item_bufs_;
   std::list<recv_rec> recvs_;
-  std::vector<std::byte> header_in_;
+  std::vector<std::byte> header_in_;  // the posted header receive's buffer
+  MPI_Request header_req_ = MPI_REQUEST_NULL, credit_req_ = MPI_REQUEST_NULL;  // kept posted (retire() cancels)
+  std::uint64_t credit_in_ = 0;
   bool reported_ = false;
   owned_sends credits_out_;      // credits, and the messages that end the unsynchronised streams
   bool streams_closed_ = false;  // those were posted: every later send is synchronous

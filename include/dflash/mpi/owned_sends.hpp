@@ -25,13 +25,17 @@ class owned_sends {
  public:
   enum class mode { synchronous, unsynchronised };
   void post(std::vector<std::byte> bytes, int dest, int tag, MPI_Comm comm, mode m = mode::synchronous) {
-    auto& o = sends_.emplace_back();
+    auto& o = take();
     o.bytes = std::move(bytes);
-    const int n = static_cast<int>(o.bytes.size());
-    if (m == mode::synchronous)
-      check(MPI_Issend(o.bytes.data(), n, MPI_BYTE, dest, tag, comm, &o.req), "MPI_Issend");
-    else
-      check(MPI_Isend(o.bytes.data(), n, MPI_BYTE, dest, tag, comm, &o.req), "MPI_Isend");
+    start(o, dest, tag, comm, m);
+  }
+  /// A copy of n bytes at p: into a record kept from a completed send, so a
+  /// stream of small messages (credits) allocates nothing once warm.
+  void post_copy(const void* p, std::size_t n, int dest, int tag, MPI_Comm comm, mode m = mode::synchronous) {
+    auto& o = take();
+    const auto* b = static_cast<const std::byte*>(p);
+    o.bytes.assign(b, b + n);
+    start(o, dest, tag, comm, m);
   }
   /// A wire type as one message (wire_pack).
   template <WireItem M>
@@ -45,7 +49,7 @@ class owned_sends {
       int done = 0;
       check(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) {
-        it = sends_.erase(it);
+        done_.splice(done_.end(), sends_, it++);
         any = true;
       } else {
         ++it;
@@ -60,7 +64,19 @@ class owned_sends {
     std::vector<std::byte> bytes;
     MPI_Request req = MPI_REQUEST_NULL;
   };
-  std::list<send> sends_;
+  send& take() {
+    if (done_.empty()) return sends_.emplace_back();
+    sends_.splice(sends_.end(), done_, done_.begin());
+    return sends_.back();
+  }
+  static void start(send& o, int dest, int tag, MPI_Comm comm, mode m) {
+    const int n = static_cast<int>(o.bytes.size());
+    if (m == mode::synchronous)
+      check(MPI_Issend(o.bytes.data(), n, MPI_BYTE, dest, tag, comm, &o.req), "MPI_Issend");
+    else
+      check(MPI_Isend(o.bytes.data(), n, MPI_BYTE, dest, tag, comm, &o.req), "MPI_Isend");
+  }
+  std::list<send> sends_, done_;  // posted; completed, kept for their memory
 };
 
 }  // namespace dflash::mpi
