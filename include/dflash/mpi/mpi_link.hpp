@@ -164,6 +164,7 @@ class link_core final : public channel {
   }
 
   std::optional<T> take_sent() {
+    if constexpr (!reusable) return std::nullopt;  // nothing kept: a new item costs as much
     std::lock_guard lk(m_);
     if (spent_.empty()) return std::nullopt;
     T x = std::move(spent_.back());
@@ -205,6 +206,7 @@ class link_core final : public channel {
   }
 
   void recycle(T&& item) {
+    if constexpr (!reusable) return;  // no vectors to keep: receiving into it saves nothing
     std::lock_guard lk(m_);
     if (spare_.size() < Depth) spare_.push_back(std::move(item));
   }
