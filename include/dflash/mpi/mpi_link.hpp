@@ -23,10 +23,10 @@
 //
 // * Backpressure by credits: each producer rank has at most Depth items in
 //   flight (sent, not yet taken by a consumer's source stage); a consumer
-//   returns credits for the items its source stage took, in batches (half a
-//   window; fewer once the stage stops taking items and holds none of that
-//   producer's, so a producer never waits long for credits of items already
-//   consumed). A consumer
+//   returns credits for the items its source stage took, in batches
+//   (credit_policy.hpp: a batch while the stage takes items, what is owed
+//   once it holds none of that producer's items and is idle, so a producer
+//   never waits long for credits of items already consumed). A consumer
 //   so buffers at most Depth items per producer. A producer sends each item
 //   to the consumer with the fewest of its items in flight.
 // * Exactly once: every item goes to one consumer and is delivered once.
@@ -87,6 +87,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/mpi/credit_policy.hpp"
 #include "dflash/mpi/job.hpp"
 #include "dflash/mpi/owned_sends.hpp"
 #include "dflash/mpi/wire.hpp"
@@ -136,6 +137,7 @@ class link_core final : public channel {
     stats_.taken_from.assign(n, 0);
     stats_.credits_to.assign(n, 0);
     stats_.credits_from.assign(n, 0);
+    credits_ = {credit_policy::batch_for(Depth), consumers_.size() == 1};
   }
 
   [[nodiscard]] bool is_producer() const noexcept { return producer_; }
@@ -305,8 +307,6 @@ class link_core final : public channel {
   // shared-memory transport then writes past the buffer).
   static constexpr std::size_t max_header_message = std::size_t{1} << 20;
   static constexpr std::size_t max_item_header = max_header_message - 1 - 3 * sizeof(frame_word);
-  // Credits go back when this many are due for a producer (or it has no items held here).
-  static constexpr std::uint64_t credit_batch = Depth / 2 > 0 ? Depth / 2 : 1;
   // Items whose buffers a producer or consumer keeps for reuse: vectors only.
   static constexpr bool reusable = WireCustom<T>;
 
@@ -397,16 +397,9 @@ class link_core final : public channel {
     const auto* p = reinterpret_cast<const std::byte*>(&w);
     b.insert(b.end(), p, p + sizeof w);
   }
-  // With m_ held: credits for producer r go back now? A full batch always; fewer
-  // only when the stage is not taking items (`idle`: a pass of the progress
-  // thread) and holds none of r's, so r does not wait for credits of items
-  // already consumed. A stage that is taking items holds them back: a producer
-  // blocked for credits has Depth items here or on their way, so a batch
-  // comes due as the stage takes them, and one message per batch is what a
-  // small item's rate depends on.
+  // With m_ held: credits for producer r go back now (credit_policy.hpp)?
   bool credits_due(std::size_t r, bool idle) const {
-    return credit_due_[r] > 0 && (credit_due_[r] >= credit_batch || (idle && buffered_[r] == 0) || stopped_ ||
-                                  fins_ == producers_.size());
+    return credits_.due(credit_due_[r], buffered_[r], idle, stopped_ || fins_ == producers_.size());
   }
 
   // Credits land in a receive kept posted (a test of it costs less than a
@@ -803,6 +796,7 @@ class link_core final : public channel {
   std::vector<int> producers_, consumers_;
   bool producer_ = false, consumer_ = false;
 
+  credit_policy credits_;  // set by the constructor
   mutable std::mutex m_;
   std::condition_variable cv_;
   bool stopped_ = false, closed_ = false;
