@@ -159,8 +159,9 @@ class link_core final : public channel {
     ++in_flight_;
     outbox_.push_back(std::move(item));
     // With a header in flight the item waits to join the next batch (whoever
-    // sees that header complete posts it: the progress thread polls meanwhile).
-    const bool post_now = headers_in_flight_ == 0;
+    // sees that header complete posts it: the progress thread polls meanwhile),
+    // unless it fills the window: nothing more can join that batch.
+    const bool post_now = headers_in_flight_ == 0 || in_flight_ >= Depth;
     lk.unlock();
     if (post_now && !drive_part([this] { post_batches(job_.comm()); })) job_.wake();
   }
@@ -433,8 +434,10 @@ class link_core final : public channel {
     {
       std::lock_guard lk(m_);
       // Items queued while a header is in flight wait for it (they go as one
-      // batch), unless the sink is blocked for credits or closing.
-      if (outbox_.empty() || (headers_in_flight_ > 0 && blocked_senders_ == 0 && !closing_)) return false;
+      // batch), unless they fill the window, the sink is blocked for credits
+      // or it is closing.
+      if (outbox_.empty() || (headers_in_flight_ > 0 && in_flight_ < Depth && blocked_senders_ == 0 && !closing_))
+        return false;
       to.resize(consumers_.size());
       for (auto& x : outbox_) {
         std::size_t k = 0;
