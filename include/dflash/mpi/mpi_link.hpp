@@ -163,7 +163,12 @@ class link_core final : public channel {
     // unless it fills the window: nothing more can join that batch.
     const bool post_now = headers_in_flight_ == 0 || in_flight_ >= Depth;
     lk.unlock();
-    if (post_now && !drive_part([this] { post_batches(job_.comm()); })) job_.wake();
+    // Items with vectors: completed sends too, so take_sent() has items to refill.
+    auto post = [this] {
+      if constexpr (reusable) complete_sends();
+      post_batches(job_.comm());
+    };
+    if (post_now && !drive_part(post)) job_.wake();
   }
 
   std::optional<T> take_sent() {
@@ -509,9 +514,34 @@ class link_core final : public channel {
 
   bool progress_producer() {
     MPI_Comm c = job_.comm();
-    bool busy = false;
     // completed sends first: their items go back to the producer for reuse (or go), so
     // a sink woken by the credits below finds them in take_sent()
+    bool busy = complete_sends();
+    busy |= receive_credits(c);
+    busy |= post_batches(c);
+    // FIN after the last item (same tag, so it cannot overtake the headers)
+    bool fin_now = false;
+    {
+      std::lock_guard lk(m_);
+      fin_now = closing_ && !fin_sent_ && outbox_.empty();
+      fin_sent_ = fin_sent_ || fin_now;
+    }
+    if (fin_now) {
+      for (int dest : consumers_) {
+        auto& s = new_send();
+        s.header_done = true;  // not a batch: headers_in_flight_ does not count it
+        s.reqs.assign(1, MPI_REQUEST_NULL);
+        check(MPI_Issend(nullptr, 0, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
+      }
+      busy = true;
+    }
+    return busy;
+  }
+
+  // Sends that completed: their records go back to the free list, their items
+  // to take_sent() (items with vectors).
+  bool complete_sends() {
+    bool busy = false;
     for (auto it = sends_.begin(); it != sends_.end();) {
       if (!it->header_done) {
         int done = 0;
@@ -541,24 +571,6 @@ class link_core final : public channel {
       } else {
         ++it;
       }
-    }
-    busy |= receive_credits(c);
-    busy |= post_batches(c);
-    // FIN after the last item (same tag, so it cannot overtake the headers)
-    bool fin_now = false;
-    {
-      std::lock_guard lk(m_);
-      fin_now = closing_ && !fin_sent_ && outbox_.empty();
-      fin_sent_ = fin_sent_ || fin_now;
-    }
-    if (fin_now) {
-      for (int dest : consumers_) {
-        auto& s = new_send();
-        s.header_done = true;  // not a batch: headers_in_flight_ does not count it
-        s.reqs.assign(1, MPI_REQUEST_NULL);
-        check(MPI_Issend(nullptr, 0, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
-      }
-      busy = true;
     }
     return busy;
   }
