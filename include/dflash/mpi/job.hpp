@@ -273,23 +273,18 @@ class job {
   /// A link has work for the progress thread (an item to send, a credit to
   /// return): wake it now rather than at its next poll.
   void wake() noexcept { waker_.wake(); }
-  /// A stage thread makes link c's MPI calls itself (c.progress()), so an
-  /// item or credit needs no hand-off to the progress thread: a thread switch
-  /// costs more than the calls when cores are shared. Only while the job
-  /// runs and no other thread of it is making MPI calls (never waits for
-  /// that); false if it did not.
-  bool drive(channel& c) {
-    return drive_part([&c] { c.progress(); });
-  }
-  /// As drive(), but only the part of a link's work the calling stage waits
-  /// for (an item to post, credits to return): the rest is left to the next
-  /// full pass, so a hand-over does not pay for polling it did not ask for.
-  template <class Part>
-  bool drive_part(Part&& part) {
+  /// A stage thread makes a link's MPI calls itself (`work`: a pass over the
+  /// link, or only the post it is handing over), so an item or credit needs
+  /// no hand-off to the progress thread: a thread switch costs more than the
+  /// calls when cores are shared. Only while the job runs and no other
+  /// thread of it is making MPI calls (never waits for that); false if it
+  /// did not.
+  template <class Work>
+  bool drive(Work&& work) {
     std::unique_lock lk(mpi_m_, std::try_to_lock);
     if (!lk.owns_lock() || !driving_allowed_) return false;
     try {
-      part();
+      work();
     } catch (const std::exception& e) {  // as on the progress thread: the link's state is unknown
       fatal(e.what());
     } catch (...) {

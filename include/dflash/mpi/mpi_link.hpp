@@ -168,7 +168,7 @@ class link_core final : public channel {
       if constexpr (reusable) complete_sends();
       post_batches(job_.comm());
     };
-    if (post_now && !drive_part(post)) job_.wake();
+    if (post_now && !drive(post)) job_.wake();
   }
 
   std::optional<T> take_sent() {
@@ -209,7 +209,7 @@ class link_core final : public channel {
     ++stats_.taken_from[r];
     lk.unlock();
     if (from) *from = src;
-    if (credits_go && !drive_part([this] { post_credits(job_.comm(), /*idle=*/false); })) job_.wake();
+    if (credits_go && !drive([this] { post_credits(job_.comm(), /*idle=*/false); })) job_.wake();
     return std::move(item);
   }
 
@@ -366,7 +366,7 @@ class link_core final : public channel {
     const auto until = std::chrono::steady_clock::now() + drive_budget;
     for (unsigned i = 1;; ++i) {
       lk.unlock();
-      if (!drive_part([this] { pass(/*idle=*/false); })) std::this_thread::yield();  // the progress thread is in a pass
+      if (!drive([this] { pass(/*idle=*/false); })) std::this_thread::yield();  // the progress thread is in a pass
       lk.lock();
       if (ready()) return;
       if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
@@ -378,9 +378,9 @@ class link_core final : public channel {
     cv_.wait(lk, ready);
   }
   static constexpr std::chrono::microseconds drive_budget{200};
-  template <class Part>
-  bool drive_part(Part&& part) {
-    if (!job_.drive_part(std::forward<Part>(part))) return false;
+  template <class Work>
+  bool drive(Work&& work) {
+    if (!job_.drive(std::forward<Work>(work))) return false;
     driven_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
