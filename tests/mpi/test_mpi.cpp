@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "rank_check.hpp"
@@ -678,6 +679,63 @@ int wide_headers(int argc, char** argv) {
                 sizeof(wide));
     RANK_CHECK(st.max_batch >= 1);
     RANK_CHECK(st.max_batch * (sizeof(wide) + 8) + 5 <= (std::size_t{1} << 20));
+  }
+  RANK_CHECK(job.finish().ok);
+  return failures;
+}
+
+// An item type with a user-declared destructor has no move constructor: every
+// "move" copies it, into new vector memory. The link must send each buffer
+// from the item it keeps until the send completes, not from one it moved (or
+// copied) elsewhere and let go: each item's values arrive intact.
+struct copied_on_move {
+  std::int64_t seq = -1;
+  std::vector<std::uint64_t> v;
+  ~copied_on_move() {}  // NOLINT: the point is that it suppresses the implicit move
+};
+}  // namespace
+template <>
+struct dflash::mpi::wire<copied_on_move> {
+  static void for_each_field(copied_on_move& x, auto&& f) {
+    f(x.seq);
+    f(x.v);
+  }
+};
+namespace {
+int copied_items(int argc, char** argv) {
+  static_assert(!std::is_nothrow_move_constructible_v<copied_on_move>, "the item must copy when moved");
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  dflash::mpi::mpi_link<copied_on_move, "copied", depth> link(job, {0}, {1});
+  dflash::NullProfiler np;
+  const int items = 400;
+  const std::size_t n = 2048;  // 16 KiB a buffer: freed memory is soon handed out again
+  auto value = [](std::int64_t seq, std::size_t k) { return static_cast<std::uint64_t>(seq) * 1000003u + k; };
+  if (job.rank() == 0) {
+    for (int i = 0; i < items; ++i) {
+      copied_on_move x;
+      x.seq = i;
+      x.v.resize(n);
+      for (std::size_t k = 0; k < n; ++k) x.v[k] = value(i, k);
+      link.send(std::move(x), np);
+    }
+    link.close();
+  } else {
+    int bad = 0;
+    for (int i = 0; i < items; ++i) {
+      auto x = link.receive(np);
+      RANK_CHECK(x && x->seq == i && x->v.size() == n);
+      if (!x || x->v.size() != n) continue;
+      for (std::size_t k = 0; k < n; ++k)
+        if (x->v[k] != value(i, k)) {
+          ++bad;
+          break;
+        }
+    }
+    std::printf("%d of %d items arrived with other values\n", bad, items);
+    RANK_CHECK(bad == 0);
+    RANK_CHECK(!link.receive(np));
   }
   RANK_CHECK(job.finish().ok);
   return failures;
@@ -1459,6 +1517,7 @@ int main(int argc, char** argv) {
     if (mode == "fatal_progress") return fatal_progress(argc, argv);
     if (mode == "wide_headers") return wide_headers(argc, argv);
     if (mode == "header_limit") return header_limit(argc, argv);
+    if (mode == "copied_items") return copied_items(argc, argv);
     if (mode == "aggregate") return aggregate(argc, argv);
     if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
     if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
@@ -1473,6 +1532,6 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
                        "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, driven, all_matched, lock_mpi, stress, oversize, layout_mismatch, unwind_prof_first, "
-                       "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress, wide_headers, header_limit)\n", mode.c_str());
+                       "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress, wide_headers, header_limit, copied_items)\n", mode.c_str());
   return 2;
 }

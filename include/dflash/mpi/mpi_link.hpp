@@ -458,8 +458,7 @@ class link_core final : public channel {
     for (std::size_t k = 0; k < to.size(); ++k) {
       send_rec* s = nullptr;
       for (auto& x : to[k]) {
-        wire_encode(x, item_header_, item_bufs_);
-        const std::size_t framed = 2 * sizeof(frame_word) + item_header_.size();
+        const std::size_t framed = 2 * sizeof(frame_word) + wire_header_bytes(x);
         if (s && s->header.size() + framed > max_header_message) {
           post_batch(*s, consumers_[k], c);
           largest = std::max(largest, s->items.size());
@@ -468,14 +467,19 @@ class link_core final : public channel {
         if (!s) {
           s = &new_send();
           ++headers;
+          s->items.reserve(to[k].size());  // items stay where they are encoded from
           s->header.push_back(std::byte{batch_marker});
           put_word(s->header, 0);  // the item count, set when the batch is posted
         }
+        // The buffers go from the item the record keeps until its sends
+        // complete: encoded after the move (a type without a move constructor
+        // copies into new memory and the original is freed).
+        auto& y = s->items.emplace_back(std::move(x));
+        wire_encode(y, item_header_, item_bufs_);
         put_word(s->header, static_cast<frame_word>(item_bufs_.size()));
         put_word(s->header, static_cast<frame_word>(item_header_.size()));
         s->header.insert(s->header.end(), item_header_.begin(), item_header_.end());
         s->bufs.insert(s->bufs.end(), item_bufs_.begin(), item_bufs_.end());
-        s->items.push_back(std::move(x));
       }
       to[k].clear();
       if (s) {
