@@ -12,9 +12,10 @@
 //   at depth 64.)
 // * Fewer than a batch go back only for a producer none of whose items this
 //   rank holds, and then
-//   - when no stage here is taking items (a pass of the job's progress
-//     thread): a producer does not wait long for credits of items already
-//     consumed, and a link settles;
+//   - from a pass of the job's progress thread (it runs while no stage
+//     here drives the link, within its nap, at most 10 ms): a producer does
+//     not wait long for credits of items already consumed, and a link
+//     settles;
 //   - at once when the producer has several consumers: its blocked window
 //     may be spread so that no consumer ever owes a batch.
 //   With one consumer a stage that is taking items holds them back: a

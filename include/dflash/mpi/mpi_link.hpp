@@ -313,6 +313,10 @@ class link_core final : public channel {
   // shared-memory transport then writes past the buffer).
   static constexpr std::size_t max_header_message = std::size_t{1} << 20;
   static constexpr std::size_t max_item_header = max_header_message - 1 - 3 * sizeof(frame_word);
+  static_assert(WireCustom<T> || sizeof(T) <= max_item_header,
+                "dflash::mpi::mpi_link: a trivially copyable item crosses as one header message, at most about "
+                "1 MiB; describe the item with dflash::mpi::wire<T> and put its large arrays in std::vector fields, "
+                "so they cross as buffers of their own");
   // Items whose buffers a producer or consumer keeps for reuse: vectors only.
   static constexpr bool reusable = WireCustom<T>;
 
