@@ -272,7 +272,7 @@ class link_core final : public channel {
             std::lock_guard lk(m_);
             n = std::exchange(credit_due_[static_cast<std::size_t>(r)], 0);
           }
-          credits_out_.post(wire_pack(n), r, tag_credit, c);
+          credits_out_.post_copy(&n, sizeof n, r, tag_credit, c);
         }
     }
     credits_out_.complete();
@@ -341,19 +341,15 @@ class link_core final : public channel {
 
   static std::string link_name() { return "dflash::mpi::mpi_link \"" + std::string(Name.view()) + "\""; }
   static void check_sendable(T& x) {
-    std::size_t header = 0;
     visit_fields(x, [&]<class M>(M& m) {
       if constexpr (is_vector<M>::value) {
-        header += sizeof(std::uint64_t);
         const std::size_t elem = sizeof(typename M::value_type);
         if (m.size() > wire_max_buffer_bytes / elem)
           throw std::length_error(link_name() + ": one buffer of an item is " + std::to_string(m.size() * elem) +
                                   " bytes, over 2 GiB (MPI's int count limit)");
-      } else {
-        header += sizeof(M);
       }
     });
-    if (header > max_item_header)
+    if (const std::size_t header = wire_header_bytes(x); header > max_item_header)
       throw std::length_error(link_name() + ": an item's header (its fields other than vectors) is " +
                               std::to_string(header) + " bytes, over the " + std::to_string(max_item_header) +
                               " bytes one header message carries; give large arrays a std::vector field in wire<T>, so "
