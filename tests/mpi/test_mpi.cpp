@@ -65,6 +65,13 @@ bool blob_ok(const blob& b) {
   const blob want = make_blob(b.rank, b.seq);
   return b.f == want.f && b.u == want.u && b.scale == want.scale;
 }
+// A blob whose user-declared destructor suppresses the implicit move: every
+// move copies it into new memory, so a link that kept pointers into an item
+// it moved from would send freed memory.
+struct blob_nomove : blob {
+  ~blob_nomove() {}  // NOLINT: the point is that it suppresses the implicit move
+};
+static_assert(!std::is_nothrow_move_constructible_v<blob_nomove>);
 
 }  // namespace
 
@@ -77,6 +84,11 @@ struct dflash::mpi::wire<blob> {
     f(x.u);
     f(x.scale);
   }
+};
+
+template <>
+struct dflash::mpi::wire<blob_nomove> {
+  static void for_each_field(blob_nomove& x, auto&& f) { dflash::mpi::wire<blob>::for_each_field(x, f); }
 };
 
 namespace {
@@ -153,6 +165,10 @@ T make(int r, int s) {
   } else if constexpr (std::is_same_v<T, sized>) {
     sized x{r, s, {}};
     x.v.resize(g_sized_bytes(r, s));
+    return x;
+  } else if constexpr (std::is_same_v<T, blob_nomove>) {
+    blob_nomove x;
+    static_cast<blob&>(x) = make_blob(r, s);
     return x;
   } else {
     return make_blob(r, s);
@@ -1090,7 +1106,8 @@ int throw_before_start(int argc, char** argv) {
 // ---- randomized fault scenarios (label stress) ---------------------------------
 // `test_mpi stress [seed [first [count]]]`: scenarios first .. first+count-1 of
 // `seed`, each one job over every rank (MPI initialised here, so a process
-// runs many jobs). Each scenario draws roles, item kinds, counts and sizes
+// runs many jobs). Each scenario draws roles, item kinds (one that copies
+// when moved among them), counts and sizes
 // (0 included; many small items, batched several to a message), producer
 // pauses and consumer delays, and at most one fault: a stage throwing on a random rank, a rank
 // leaving before start(), an exception leaving a running job's scope (the
@@ -1111,7 +1128,8 @@ struct scenario {
   int throw_at = -1;
   bool prof_first = false;
   bool before_run = false;  // unwind: the exception comes before this rank's run(), not after
-  enum item_kind { blob_items, sized_items, tick_items } items_of = blob_items;  // sized: random sizes, 0 included
+  // sized: random sizes, 0 included; nomove: blobs that copy when moved
+  enum item_kind { blob_items, sized_items, tick_items, nomove_items } items_of = blob_items;
   int slow_every = 0;
   int pause_every = 0, pause_us = 0;  // producers
 };
@@ -1140,7 +1158,7 @@ scenario make_scenario(std::uint64_t seed, int index, int n) {
   const int nc = n > 2 ? 1 + static_cast<int>(next(2)) : 1;
   sc.consumers.assign(ranks.begin(), ranks.begin() + nc);
   sc.producers.assign(ranks.begin() + nc, ranks.end());
-  sc.items_of = static_cast<scenario::item_kind>(next(3));
+  sc.items_of = static_cast<scenario::item_kind>(next(4));
   sc.items = static_cast<int>(next(sc.items_of == scenario::tick_items ? 601 : 61));
   sc.prof_first = next(2) == 0;
   sc.slow_every = next(4) == 0 ? 7 + static_cast<int>(next(40)) : 0;
@@ -1178,7 +1196,7 @@ scenario make_scenario(std::uint64_t seed, int index, int n) {
 }
 
 std::string describe(const scenario& sc) {
-  static const char* item_names[] = {"blob", "sized", "tick"};
+  static const char* item_names[] = {"blob", "sized", "tick", "blob_nomove"};
   auto list = [](const std::vector<int>& v) {
     std::string out;
     for (int r : v) out += (out.empty() ? "" : ",") + std::to_string(r);
@@ -1336,6 +1354,7 @@ int stress(int argc, char** argv) {
       const bool mismatched = sc.fault == scenario::layout && rank == sc.fault_rank;
       if (sc.items_of == scenario::sized_items) scenario_rank<sized>(sc, o);
       else if (sc.items_of == scenario::tick_items) scenario_rank<tick>(sc, o);
+      else if (sc.items_of == scenario::nomove_items) scenario_rank<blob_nomove>(sc, o);
       else if (mismatched) scenario_rank<blob_swapped>(sc, o);
       else scenario_rank<blob>(sc, o);
     } catch (const scenario_throw&) {
