@@ -9,7 +9,6 @@ cmake_minimum_required(VERSION 3.25)  # policies: quoted if() arguments are stri
 file(REMOVE_RECURSE ${WORK})
 set(common -S ${SOURCE_DIR} -B ${WORK} -DDFLASH_BUILD_TESTS=OFF -DDFLASH_BUILD_EXAMPLES=OFF
     -DDFLASH_BUILD_BENCHMARKS=OFF -DDFLASH_CHECK_HEADER_WARNINGS=OFF -DDFLASH_BUILD_ZERO_COST=OFF)
-string(REGEX REPLACE "[^:]*cuda[^:]*:?" "" path_without_cuda "$ENV{PATH}")
 if(WHAT STREQUAL "mpi")
   set(label MPI)
   set(hidden ${CMAKE_COMMAND} ${common} -DDFLASH_ENABLE_CUDA=OFF
@@ -17,9 +16,9 @@ if(WHAT STREQUAL "mpi")
   set(visible ${CMAKE_COMMAND} ${common} -DCMAKE_DISABLE_FIND_PACKAGE_MPI=OFF)
 elseif(WHAT STREQUAL "cuda")
   set(label CUDA)
-  # CMake also looks in the toolkit's default folder, so PATH alone cannot hide nvcc; a
-  # CUDACXX naming no compiler makes the lookup fail as on a machine without one.
-  set(hidden ${CMAKE_COMMAND} -E env CUDACXX=${WORK}/no-such-nvcc "PATH=${path_without_cuda}"
+  # CMake also looks in the toolkit's default folder, so taking nvcc off PATH cannot hide
+  # it; a CUDACXX naming no compiler makes the lookup fail as on a machine without one.
+  set(hidden ${CMAKE_COMMAND} -E env CUDACXX=${WORK}/no-such-nvcc
       ${CMAKE_COMMAND} ${common} -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
   set(visible ${CMAKE_COMMAND} ${common})
 else()
