@@ -280,6 +280,10 @@ TEST_CASE("wait time is recorded under <name>.push_wait and <name>.pop_wait", "[
   CHECK(q.try_pop() == 4);
   CHECK(prof.count(dflash::push_wait_key<"hs">{}) == 3);
   CHECK(prof.count(dflash::pop_wait_key<"hs">{}) == 3);
+  // A pipeline that took an item with try_pop records it as a pop that did not wait.
+  q.record_pop();
+  CHECK(prof.count(dflash::pop_wait_key<"hs">{}) == 4);
+  CHECK(prof.snapshot().find("hs.pop_wait")->total_ns == 5'000'000);
 }
 
 namespace {

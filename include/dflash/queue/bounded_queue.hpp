@@ -145,6 +145,10 @@ class bounded_queue {
     record_zero(pop_wait_key<Name>{});
   }
 
+  /// An item its consumer took with try_pop (which records nothing) where a
+  /// pipeline would have popped it: recorded as a pop that did not wait.
+  void record_pop() const { record_zero(pop_wait_key<Name>{}); }
+
   /// Idempotent. Wakes every blocked push (fails) and pop (drains, then empty).
   void close() noexcept {
     enq_.fetch_or(closed_bit, std::memory_order_acq_rel);
