@@ -2,8 +2,9 @@
 // asynchronous host twin (on one simulated device, or placed over several with
 // and without peer access), queue links into an in_order stage (several source
 // workers), queue links whose cheap stages their producers' threads call
-// (help-first), direct-link segments, a profiled pipeline whose items carry flow
-// stamps, and one bounded_queue whose waiters park and wake at random. Every
+// (help-first), a source those threads call themselves while its cost swings
+// (source pull), direct-link segments, a profiled pipeline whose items carry
+// flow stamps, and one bounded_queue whose waiters park and wake at random. Every
 // scenario is drawn from (seed, index)
 // and checks the promise users rely on: every item the source produced arrives
 // exactly once and intact, or the run reports an error (the fault that fired)
@@ -312,6 +313,20 @@ struct d_noting_source {
     return x;
   }
 };
+// The same source, but its calls pace as the mid stage's do (slow_every /
+// slow_us): the cost a pulled source samples swings between cheap and slow,
+// so the calls move between the mid threads and the source's own threads.
+struct d_paced_source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = int;
+  d_noting_source base;
+  std::optional<int> operator()(std::size_t w) const {
+    auto x = base(w);
+    if (x) maybe_sleep(*base.base.s, *x);
+    return x;
+  }
+};
 struct h_indexed_mid {
   static constexpr dflash::fixed_string name{"mid"};
   using input_type = int;
@@ -347,10 +362,13 @@ struct h_pass {
   using output_type = int;
   int operator()(int&& x) const { return x; }
 };
-using help_pipe = dflash::Pipeline<NullProfiler, dflash::workers<d_noting_source, 1>, dflash::queue_link<"in", 4>,
-                                   dflash::workers<h_indexed_mid, 4>, dflash::queue_link<"mid", 4>,
-                                   dflash::in_order<h_relay>, dflash::queue_link<"next", 4>, h_pass,
-                                   dflash::queue_link<"out", 4>, h_sink>;
+template <class Source>
+using help_pipe_of = dflash::Pipeline<NullProfiler, dflash::workers<Source, 1>, dflash::queue_link<"in", 4>,
+                                      dflash::workers<h_indexed_mid, 4>, dflash::queue_link<"mid", 4>,
+                                      dflash::in_order<h_relay>, dflash::queue_link<"next", 4>, h_pass,
+                                      dflash::queue_link<"out", 4>, h_sink>;
+using help_pipe = help_pipe_of<d_noting_source>;
+using pull_pipe = help_pipe_of<d_paced_source>;
 
 // ---- running and judging one scenario --------------------------------------------------
 struct outcome {
@@ -694,6 +712,37 @@ TEST_CASE("stress: help-first over queue links: every item once, in order, one c
         shape.workers = {s.w_source, s.w_mid, 1, 1, 1};
         shape.depths = {s.depth_in, s.depth_link, s.depth_link, s.depth_out};
         return std::make_unique<help_pipe>(shape, d_noting_source{d_source{&s, &o, &next}, producer_of.data()},
+                                           h_indexed_mid{&s, &o, busy, producer_of.data(), last}, h_relay{}, h_pass{},
+                                           h_sink{&s, &o});
+      },
+      [](const scenario& s) { return s.w_source == 1; },
+      [](const scenario&, const observed& o) {
+        if (o.overlapped.load() != 0)
+          return std::to_string(o.overlapped.load()) + " call(s) ran with a worker index already in a call";
+        if (o.index_reordered.load() != 0)
+          return std::to_string(o.index_reordered.load()) + " item(s) reached a worker index after a newer one";
+        return std::string();
+      });
+}
+
+// The mid stage's threads call the source when its link is empty and the
+// source samples cheap (source pull), while its pace swings: every item once,
+// in order through the in_order stage, each worker index gets each source
+// worker's items in order, one call per worker index.
+TEST_CASE("stress: a pulled source whose cost swings: every item once, in order, one call per worker index",
+          "[stress][in_order][help][pull]") {
+  std::atomic<int> busy[4] = {0, 0, 0, 0};
+  int last[4][3] = {};
+  std::vector<int> producer_of(tracked_items);
+  stress(
+      "pulled source", false,
+      [&](const scenario& s, observed& o, std::atomic<int>& next) {
+        for (auto& per_index : last)
+          for (int& l : per_index) l = -1;
+        auto shape = pull_pipe::default_shape();
+        shape.workers = {s.w_source, s.w_mid, 1, 1, 1};
+        shape.depths = {s.depth_link, s.depth_in, s.depth_link, s.depth_out};
+        return std::make_unique<pull_pipe>(shape, d_paced_source{d_noting_source{d_source{&s, &o, &next}, producer_of.data()}},
                                            h_indexed_mid{&s, &o, busy, producer_of.data(), last}, h_relay{}, h_pass{},
                                            h_sink{&s, &o});
       },

@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -27,6 +28,7 @@
 #include "dflash/device/event_pool.hpp"
 #include "dflash/pipeline/checks.hpp"
 #include "dflash/pipeline/agents/segment_sync.hpp"
+#include "dflash/pipeline/agents/source_pull.hpp"
 #include "dflash/pipeline/agents/stage_seats.hpp"
 #include "dflash/pipeline/in_order.hpp"
 #include "dflash/pipeline/item.hpp"
@@ -146,6 +148,8 @@ class pipeline_core {
        }()),
        ...);
     }(std::make_index_sequence<stage_count>{});
+    if constexpr (source_pulled)
+      if (shape_.here(0) && shape_.here(1)) pull_ = std::make_unique<source_pull>(shape_.workers[0]);
   }
   pipeline_core(const pipeline_core&) = delete;
   pipeline_core& operator=(const pipeline_core&) = delete;
@@ -202,14 +206,30 @@ class pipeline_core {
   [[nodiscard]] stage_seats* seats() noexcept {
     return seats_[I].get();
   }
+  /// Stage 1's threads may call the source (agents/source_pull.hpp): stage 1
+  /// is helped (above) and the source may run on threads not its own.
+  static constexpr bool source_pulled = [] {
+    if constexpr (stage_count < 2) return false;
+    else
+      return helped<1> && !OwnThreadsOnlyStage<stage_type<0>> && requires(endpoint_type<0>& e) {
+        { e.try_pop() } -> std::same_as<std::optional<item_type<0>>>;
+        e.record_pop();
+      };
+  }();
+  /// The source's seats and park where stage 1's threads call it; null elsewhere.
+  [[nodiscard]] source_pull* pull() noexcept { return pull_.get(); }
 
   // ---- run control ----
   [[nodiscard]] bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
   [[nodiscard]] bool draining() const noexcept { return draining_.load(std::memory_order_acquire); }
-  void drain() noexcept { draining_.store(true, std::memory_order_release); }
+  void drain() noexcept {
+    draining_.store(true, std::memory_order_release);
+    if (pull_) pull_->end();  // a parked source thread exits
+  }
   /// Every link wakes its blocked threads; threads exit after their current call.
   void cancel() noexcept {
     cancelled_.store(true, std::memory_order_release);
+    if (pull_) pull_->end();
     [&]<std::size_t... L>(std::index_sequence<L...>) {
       ((link_open<L>() ? link_kind<L>::cancel(link<L>()) : void()), ...);
     }(std::make_index_sequence<link_count>{});
@@ -370,6 +390,26 @@ class pipeline_core {
       return link<I - 1>().pop();
     }
   }
+  // The next input of stage I if one is in host link I - 1 now (never waits; a
+  // link of host values), recorded as a pop that did not wait.
+  template <std::size_t I>
+  std::optional<typename stage_type<I>::input_type> try_pop_input([[maybe_unused]] tag_type& tag)
+    requires(!topo::template pending_at<I - 1>)
+  {
+    auto& q = link<I - 1>();
+    auto got = q.try_pop();
+    if (got) q.record_pop();
+    if constexpr (tagged) {
+      std::optional<typename stage_type<I>::input_type> v;
+      if (got) {
+        tag = got->seq;
+        v.emplace(std::move(got->value));
+      }
+      return v;
+    } else {
+      return got;
+    }
+  }
   // Hands stage I's output to host link I, with its tag when items carry one.
   template <std::size_t I>
   bool push_output(typename stage_type<I>::output_type&& y, [[maybe_unused]] const tag_type& tag) {
@@ -479,6 +519,7 @@ class pipeline_core {
   std::array<segment_sync, stage_count> segs_;  // used by direct segments (indexed by first stage)
   orders_tuple orders_;
   std::array<std::unique_ptr<stage_seats>, stage_count> seats_{};  // helped stages only
+  std::unique_ptr<source_pull> pull_;                               // a source stage 1's threads call
   [[no_unique_address]] slot_stamps stamps_;
   std::atomic<std::uint64_t> source_seq_{0};
   std::atomic<bool> cancelled_{false};

@@ -90,8 +90,9 @@ concept Stage = SourceStage<S> || TransformStage<S> || SinkStage<S>;
 
 /// A stage that declares `static constexpr bool own_threads_only = true;` is
 /// called only by its own threads, never help-first by its producer's thread
-/// (pipeline/agents/host_worker.hpp): for thread-affine state (thread_local
-/// caches, a per-thread handle) or calls that wait for one another.
+/// nor, a source, by its consumer's (pipeline/agents/host_worker.hpp): for
+/// thread-affine state (thread_local caches, a per-thread handle) or calls
+/// that wait for one another.
 template <class S>
 concept OwnThreadsOnlyStage = requires { requires S::own_threads_only; };
 

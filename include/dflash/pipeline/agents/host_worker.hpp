@@ -29,13 +29,22 @@
 // name: a trace shows the helped calls' ranges (under their stage's keys) on
 // the helper's track. Never helped: device stages and direct segments (they
 // own their thread, stream or segment order) and OwnThreadsOnlyStage stages.
+//
+// Source pull: the other way round at the first link. When stage 1 is helped
+// and the source may run on threads not its own, a thread of stage 1 that
+// finds the link empty calls a cheap source itself and goes on with the item,
+// while the source's own thread parks (agents/source_pull.hpp has why and the
+// rules). The rows read as for a helped item.
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <optional>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
+#include "dflash/pipeline/agents/source_pull.hpp"
 #include "dflash/pipeline/agents/stage_seats.hpp"
 #include "dflash/pipeline/core.hpp"
 #include "dflash/pipeline/stage.hpp"
@@ -46,12 +55,13 @@ namespace dflash::detail {
 template <std::size_t I, class Core>
 bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, const typename Core::tag_type& tag);
 
-// f(), timed into `seats` when the seat's turn to sample has come (helped stages only).
-template <class F>
-decltype(auto) sampled_call(stage_seats* seats, std::size_t seat, F&& f) {
+// f(), timed into `seats` when the seat's turn to sample has come (helped
+// stages and pulled sources only: stage_seats or source_pull).
+template <class Seats, class F>
+decltype(auto) sampled_call(Seats* seats, std::size_t seat, F&& f) {
   if (seats == nullptr || !seats->sample(seat)) return f();
   struct sample {
-    stage_seats* s;
+    Seats* s;
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
     ~sample() { s->sampled(std::chrono::steady_clock::now() - t0); }
   } timing{seats};
@@ -131,6 +141,100 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
   return c.template push_output<I>(std::move(y), tag);
 }
 
+// A call of a pulled source, under its seat: an error or pipeline_stop ends
+// the run before the seat goes, so no other thread calls a source that threw.
+template <class Core, class F>
+decltype(auto) guarded_source_call(Core& c, F&& f) {
+  try {
+    return f();
+  } catch (const pipeline_stop&) {
+    c.cancel();
+    throw;
+  } catch (...) {
+    c.fail(std::current_exception());
+    throw;
+  }
+}
+
+enum class pulled { went_on, wait, stop };
+
+// Thread w of stage I = 1, fed by a pulled source: the next item from link 0
+// if one is there, else the source called by this thread on a free seat (see
+// source_pull.hpp), then stage 1's call and hand-on either way. `wait`:
+// neither now (the source is not known cheap, draining, exhausted, or its
+// seats are busy): block in the link, with the source's own threads asked.
+template <std::size_t I, class Core>
+pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
+  using S = typename Core::template stage_type<I>;
+  using S0 = typename Core::template stage_type<0>;
+  using tag_type = typename Core::tag_type;
+  static_assert(I == 1 && Core::template helped<I>);
+  stage_seats* seats = c.template seats<I>();  // made with the source_pull: both stages run here
+  auto& q = c.template link<I - 1>();
+  const auto& prof = c.prof();
+  using P = std::remove_cvref_t<decltype(c.prof())>;
+  // A pop or hand-over that did not wait: stage 1's .wait (and for a pulled item the source's) records zero.
+  auto no_wait = [&]<class Key>(Key k) {
+    if constexpr (P::enabled) prof.add(k, typename P::duration{0});
+  };
+  // One call per worker index: stage 1's seat w before the call (and, for a
+  // pulled item, before the source's seat goes: with one seat, no later item of
+  // that source index can be called by a helper first).
+  auto seat = [&](bool popped) {
+    seats->take(w);
+    if constexpr (fifo_stage<Core, I>())
+      if (popped) seats->seated_one();
+    return seat_hold(seats, w);
+  };
+  for (int round = 0;; ++round) {
+    if (c.cancelled()) return pulled::stop;
+    tag_type tag{};
+    if (auto x = c.template try_pop_input<I>(tag)) {
+      no_wait(stage_wait_key<S::name>{});
+      seat_hold hold = seat(true);
+      if (c.cancelled()) return pulled::stop;
+      return call_and_hand_on<I>(c, w, std::move(*x), tag, &hold) ? pulled::went_on : pulled::stop;
+    }
+    if (c.draining() || !pull.cheap() || !pull.live()) return pulled::wait;
+    const std::size_t s = pull.try_take();
+    // Busy seats (another thread is calling the source) or items pushed but not
+    // yet seated (they are next in line: FIFO per source index): try again shortly.
+    if (s == source_pull::none) {
+      if (round >= 4) return pulled::wait;
+      std::this_thread::yield();
+      continue;
+    }
+    source_seat src(&pull, s);
+    if (pull.exhausted(s)) continue;
+    if (fifo_stage<Core, I>() && !seats->all_seated(q)) {
+      src.release();
+      if (round >= 4) return pulled::wait;
+      std::this_thread::yield();
+      continue;
+    }
+    if (c.cancelled()) return pulled::stop;
+    if (c.draining()) return pulled::wait;
+    auto y = guarded_source_call(c, [&] {
+      return sampled_call(&pull, s, [&] {
+        return timed(prof, stage_work_key<S0::name>{}, [&] { return call_stage(c.template stage<0>(), s); });
+      });
+    });
+    if (!y) {
+      pull.exhaust(s);
+      continue;
+    }
+    tag = c.next_source_tag();
+    c.template flow_done<0>(tag);
+    q.record_handover();  // a push and a pop that did not wait, as the queue records them
+    no_wait(stage_wait_key<S0::name>{});
+    no_wait(stage_wait_key<S::name>{});
+    seat_hold hold = seat(false);
+    src.release();
+    if (c.cancelled()) return pulled::stop;
+    return call_and_hand_on<I>(c, w, std::move(*y), tag, &hold) ? pulled::went_on : pulled::stop;
+  }
+}
+
 template <std::size_t I, class Core>
 void host_worker(Core& c, std::size_t w) noexcept {
   using S = typename Core::template stage_type<I>;
@@ -140,21 +244,46 @@ void host_worker(Core& c, std::size_t w) noexcept {
   const auto& prof = c.prof();
   try {
     if constexpr (I == 0) {
+      source_pull* pull = nullptr;
+      if constexpr (Core::source_pulled) pull = c.pull();
       while (!c.cancelled() && !c.draining()) {
-        auto item = timed(prof, work_key{}, [&] { return call_stage(s, w); });
-        if (!item) break;
+        std::optional<source_seat> held;
+        if (pull != nullptr) {  // stage 1's threads may call the source: park while they do
+          if (!pull->park(w)) break;
+          pull->take(w);
+          held.emplace(pull, w);
+          if (pull->exhausted(w) || c.cancelled() || c.draining()) break;
+        }
+        // The seat is held through the push: one index's items enter the link in call order.
+        auto call = [&] { return sampled_call(pull, w, [&] { return timed(prof, work_key{}, [&] { return call_stage(s, w); }); }); };
+        auto item = pull != nullptr ? guarded_source_call(c, call) : call();
+        if (!item) {
+          if (pull != nullptr) pull->exhaust(w);
+          break;
+        }
         const auto tag = c.next_source_tag();
         c.template flow_done<0>(tag);
         if (!hand_on<0>(c, std::move(*item), tag)) break;
       }
     } else {
+      source_pull* pull = nullptr;
+      if constexpr (I == 1 && Core::source_pulled) pull = c.pull();
       for (;;) {
+        if constexpr (I == 1 && Core::source_pulled) {
+          if (pull != nullptr) {
+            const pulled r = pull_or_pop<I>(c, w, *pull);
+            if (r == pulled::went_on) continue;
+            if (r == pulled::stop) break;
+          }
+        }
         std::optional<typename S::input_type> item;
         typename Core::tag_type tag{};
         stage_seats* seats = nullptr;
         std::size_t seat = w;
         {
           auto t = prof.scope(wait_key{});
+          std::optional<source_pull::waiting> asking;  // the source's own threads make items meanwhile
+          if (pull != nullptr) asking.emplace(*pull);
           item = c.template pop_input<I>(tag);
           if constexpr (Core::template helped<I>) {  // a seat: a helper may be calling this stage
             seats = c.template seats<I>();
