@@ -1,10 +1,10 @@
 // Source pull (pipeline/agents/source_pull.hpp): a thread of the stage after
-// the first queue link that finds it empty calls a cheap source itself, and
-// the source's own thread parks meanwhile. Every item once, one call per
-// source index at a time, each index's items in order at each worker index;
-// the rows count every item as a push and a pop; exhaustion per index, drain,
-// cancel, errors and a source that turns slow or blocks all end the run as
-// they did with the source on its own thread.
+// the first queue link that finds it empty calls a cheap one-worker source
+// itself, and the source's own thread parks meanwhile. Every item once, one
+// call at a time; the rows count every item as a push and a pop; the end,
+// drain, cancel, errors and a source that turns slow or blocks all end the run
+// as they did with the source on its own thread; a source with several workers,
+// or own_threads_only, keeps its own threads.
 #include <catch2/catch.hpp>
 #include <dflash/pipeline.hpp>
 #include <dflash/profile.hpp>
@@ -174,8 +174,12 @@ struct indexed_source {
   using input_type = void;
   using output_type = int;
   const int* quota;
-  int* next;  // per index: one call per index at a time
+  int* next;                  // per index: one call per index at a time
+  std::thread::id* thread;    // per index: the thread of its first call
+  std::atomic<int>* moved;    // calls of an index on another thread than its first
   std::optional<int> operator()(std::size_t w) const {
+    if (next[w] == 0 && thread[w] == std::thread::id{}) thread[w] = std::this_thread::get_id();
+    if (thread[w] != std::this_thread::get_id()) moved->fetch_add(1);
     if (next[w] >= quota[w]) return std::nullopt;
     return static_cast<int>(w) * 10000 + next[w]++;
   }
@@ -208,19 +212,25 @@ using indexed_chain = dflash::Pipeline<NullProfiler, dflash::workers<indexed_sou
                                        dflash::workers<indexed_mid, 3>, dflash::queue_link<"q2", 4>, value_sink>;
 }  // namespace
 
-TEST_CASE("source pull: several source workers end one by one; every item once, each index's items in order",
+// Several source workers' calls may wait for one another (a barrier, one
+// index's input made by another): a consumer thread in one index's call would
+// leave the other indices' own threads parked, so such a source is not pulled.
+TEST_CASE("source pull: a source with several workers keeps its own threads; every item once, in order per index",
           "[pipeline][help][pull]") {
   for (const auto& quota : {std::array<int, 3>{0, 5, 3000}, std::array<int, 3>{3000, 0, 0},
                             std::array<int, 3>{1000, 1500, 2000}}) {
     watchdog wd("source pull, several source workers");
     int next[3] = {0, 0, 0};
-    std::atomic<int> busy[3] = {0, 0, 0}, broken{0};
+    std::thread::id thread[3] = {};
+    std::atomic<int> busy[3] = {0, 0, 0}, broken{0}, moved{0};
     int last[3][3];
     for (auto& l : last) std::fill(std::begin(l), std::end(l), -1);
     std::vector<int> got;
-    indexed_chain p(indexed_source{quota.data(), next}, indexed_mid{busy, last, &broken}, value_sink{&got});
+    indexed_chain p(indexed_source{quota.data(), next, thread, &moved}, indexed_mid{busy, last, &broken},
+                    value_sink{&got});
     p.run_to_completion();
     CHECK(broken.load() == 0);
+    CHECK(moved.load() == 0);
     std::size_t total = 0;
     for (int q : quota) total += static_cast<std::size_t>(q);
     REQUIRE(got.size() == total);

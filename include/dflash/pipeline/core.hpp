@@ -148,8 +148,11 @@ class pipeline_core {
        }()),
        ...);
     }(std::make_index_sequence<stage_count>{});
+    // One source worker only: several workers' calls may wait for one another
+    // (a barrier, one index's input made by another), and a consumer thread in
+    // one index's call would leave the others' own threads parked.
     if constexpr (source_pulled)
-      if (shape_.here(0) && shape_.here(1)) pull_ = std::make_unique<source_pull>(shape_.workers[0]);
+      if (shape_.here(0) && shape_.here(1) && shape_.workers[0] == 1) pull_ = std::make_unique<source_pull>();
   }
   pipeline_core(const pipeline_core&) = delete;
   pipeline_core& operator=(const pipeline_core&) = delete;
@@ -207,7 +210,8 @@ class pipeline_core {
     return seats_[I].get();
   }
   /// Stage 1's threads may call the source (agents/source_pull.hpp): stage 1
-  /// is helped (above) and the source may run on threads not its own.
+  /// is helped (above) and the source may run on threads not its own (pulled
+  /// at run time only with one source worker, see the constructor).
   static constexpr bool source_pulled = [] {
     if constexpr (stage_count < 2) return false;
     else

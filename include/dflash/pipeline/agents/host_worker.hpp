@@ -141,8 +141,9 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
   return c.template push_output<I>(std::move(y), tag);
 }
 
-// A call of a pulled source, under its seat: an error or pipeline_stop ends
-// the run before the seat goes, so no other thread calls a source that threw.
+// What runs under a pulled source's seat: an error or pipeline_stop ends the
+// run before the seat goes, so no other thread calls the source once a call
+// there threw (the source's, or that of a stage its own thread helped).
 template <class Core, class F>
 decltype(auto) guarded_source_call(Core& c, F&& f) {
   try {
@@ -159,10 +160,10 @@ decltype(auto) guarded_source_call(Core& c, F&& f) {
 enum class pulled { went_on, wait, stop };
 
 // Thread w of stage I = 1, fed by a pulled source: the next item from link 0
-// if one is there, else the source called by this thread on a free seat (see
-// source_pull.hpp), then stage 1's call and hand-on either way. `wait`:
+// if one is there, else the source called by this thread if its seat is free
+// (see source_pull.hpp), then stage 1's call and hand-on either way. `wait`:
 // neither now (the source is not known cheap, draining, exhausted, or its
-// seats are busy): block in the link, with the source's own threads asked.
+// seat is taken): block in the link, with the source's own thread asked.
 template <std::size_t I, class Core>
 pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
   using S = typename Core::template stage_type<I>;
@@ -178,8 +179,8 @@ pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
     if constexpr (P::enabled) prof.add(k, typename P::duration{0});
   };
   // One call per worker index: stage 1's seat w before the call (and, for a
-  // pulled item, before the source's seat goes: with one seat, no later item of
-  // that source index can be called by a helper first).
+  // pulled item, before the source's seat goes: with one seat, no later item
+  // can be called by the source's own thread, helping, first).
   auto seat = [&](bool popped) {
     seats->take(w);
     if constexpr (fifo_stage<Core, I>())
@@ -195,17 +196,17 @@ pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
       if (c.cancelled()) return pulled::stop;
       return call_and_hand_on<I>(c, w, std::move(*x), tag, &hold) ? pulled::went_on : pulled::stop;
     }
-    if (c.draining() || !pull.cheap() || !pull.live()) return pulled::wait;
-    const std::size_t s = pull.try_take();
-    // Busy seats (another thread is calling the source) or items pushed but not
-    // yet seated (they are next in line: FIFO per source index): try again shortly.
-    if (s == source_pull::none) {
+    if (c.draining() || !pull.cheap() || pull.exhausted()) return pulled::wait;
+    // The seat taken (the own thread or another consumer thread is calling the
+    // source), or items pushed but not yet seated (they are next in line: FIFO):
+    // try again shortly, then wait in the link.
+    if (!pull.try_take()) {
       if (round >= 4) return pulled::wait;
       std::this_thread::yield();
       continue;
     }
-    source_seat src(&pull, s);
-    if (pull.exhausted(s)) continue;
+    source_seat src(&pull);
+    if (pull.exhausted()) return pulled::wait;
     if (fifo_stage<Core, I>() && !seats->all_seated(q)) {
       src.release();
       if (round >= 4) return pulled::wait;
@@ -215,13 +216,13 @@ pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
     if (c.cancelled()) return pulled::stop;
     if (c.draining()) return pulled::wait;
     auto y = guarded_source_call(c, [&] {
-      return sampled_call(&pull, s, [&] {
-        return timed(prof, stage_work_key<S0::name>{}, [&] { return call_stage(c.template stage<0>(), s); });
+      return sampled_call(&pull, 0, [&] {
+        return timed(prof, stage_work_key<S0::name>{}, [&] { return call_stage(c.template stage<0>(), 0); });
       });
     });
     if (!y) {
-      pull.exhaust(s);
-      continue;
+      pull.exhaust();
+      return pulled::wait;  // the own thread exits and closes the link: the pop there ends
     }
     tag = c.next_source_tag();
     c.template flow_done<0>(tag);
@@ -249,21 +250,25 @@ void host_worker(Core& c, std::size_t w) noexcept {
       while (!c.cancelled() && !c.draining()) {
         std::optional<source_seat> held;
         if (pull != nullptr) {  // stage 1's threads may call the source: park while they do
-          if (!pull->park(w)) break;
-          pull->take(w);
-          held.emplace(pull, w);
-          if (pull->exhausted(w) || c.cancelled() || c.draining()) break;
+          if (!pull->park()) break;
+          pull->take();
+          held.emplace(pull);
+          if (pull->exhausted() || c.cancelled() || c.draining()) break;
         }
-        // The seat is held through the push: one index's items enter the link in call order.
-        auto call = [&] { return sampled_call(pull, w, [&] { return timed(prof, work_key{}, [&] { return call_stage(s, w); }); }); };
-        auto item = pull != nullptr ? guarded_source_call(c, call) : call();
-        if (!item) {
-          if (pull != nullptr) pull->exhaust(w);
-          break;
-        }
-        const auto tag = c.next_source_tag();
-        c.template flow_done<0>(tag);
-        if (!hand_on<0>(c, std::move(*item), tag)) break;
+        // The seat is held through the push: one index's items enter the link in
+        // call order. false: exhausted, or the pipeline is closing.
+        auto one = [&] {
+          auto item = sampled_call(pull, w, [&] { return timed(prof, work_key{}, [&] { return call_stage(s, w); }); });
+          if (!item) {
+            if (pull != nullptr) pull->exhaust();
+            return false;
+          }
+          const auto tag = c.next_source_tag();
+          c.template flow_done<0>(tag);
+          return hand_on<0>(c, std::move(*item), tag);
+        };
+        // With a seat, an error (the source's, or a helped stage's) ends the run before the seat goes.
+        if (!(pull != nullptr ? guarded_source_call(c, one) : one())) break;
       }
     } else {
       source_pull* pull = nullptr;

@@ -10,16 +10,17 @@
 // empties the link waits for a source thread that is not running. A source
 // whose sampled call is cheap costs less to call than to wake.
 //
-// Who calls: a seat per source worker index keeps one call per index at a
-// time; its holder makes the call and, on the source's own thread, also the
-// push that follows, so one index's items enter the link in call order. A
-// consumer thread only ever tries a seat; the source's own thread waits for
-// its seat (parked: a seat is held across a source call, which may block).
+// Who calls: a source with one worker (several workers' calls may wait for
+// one another, pipeline/core.hpp). Its seat keeps one call at a time; the
+// holder makes the call and, on the source's own thread, also the push that
+// follows, so items enter the link in call order. A consumer thread only
+// ever tries the seat; the source's own thread waits for it (parked: the seat
+// is held across a source call, which may block).
 //
 // When: the source's own thread calls while the source is not known cheap,
-// or while a consumer thread waits in the link for an item (it found no free
-// seat, or the source not cheap); otherwise it parks here. cancel, drain and
-// an exhausted index wake it.
+// or while a consumer thread waits in the link for an item (it found the
+// seat taken, or the source not cheap); otherwise it parks here. cancel,
+// drain and the source's end wake it.
 
 #include <algorithm>
 #include <atomic>
@@ -28,7 +29,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <mutex>
 
 #include "dflash/pipeline/agents/stage_seats.hpp"
@@ -37,59 +37,45 @@ namespace dflash::detail {
 
 class source_pull {
  public:
-  static constexpr std::size_t none = ~std::size_t{0};
-
-  explicit source_pull(std::size_t n) : n_(n), seats_(std::make_unique<seat[]>(n)) {}
-
-  [[nodiscard]] std::size_t size() const noexcept { return n_; }
-
-  // ---- seats ----
-  /// A free seat whose index is not exhausted, or `none`; never waits.
-  [[nodiscard]] std::size_t try_take() noexcept {
-    for (std::size_t i = 0; i < n_; ++i)
-      if (!exhausted(i) && seats_[i].m.try_lock()) return i;
-    return none;
-  }
-  /// Seat i for the source's own thread i: waits, parked, while a consumer thread holds it.
-  void take(std::size_t i) { seats_[i].m.lock(); }
-  void give(std::size_t i) noexcept { seats_[i].m.unlock(); }
+  // ---- the seat ----
+  /// The seat, if free and the source not exhausted; never waits.
+  [[nodiscard]] bool try_take() noexcept { return !exhausted() && m_seat_.try_lock(); }
+  /// The seat for the source's own thread: waits, parked, while a consumer thread holds it.
+  void take() { m_seat_.lock(); }
+  void give() noexcept { m_seat_.unlock(); }
 
   // ---- the sampled cost (as stage_seats: the smaller of the two latest samples) ----
   [[nodiscard]] bool cheap() const noexcept {
     return std::min(cost_ns_[0].load(std::memory_order_relaxed), cost_ns_[1].load(std::memory_order_relaxed)) <
            stage_seats::cheap_ns;
   }
-  [[nodiscard]] bool sample(std::size_t i) noexcept { return seats_[i].calls++ % stage_seats::sample_every == 0; }
+  /// Whether the seat's holder times this call (it then reports it with sampled()).
+  [[nodiscard]] bool sample(std::size_t) noexcept { return calls_++ % stage_seats::sample_every == 0; }
   void sampled(std::chrono::nanoseconds d) noexcept {
     cost_ns_[next_.fetch_add(1, std::memory_order_relaxed) & 1].store(d.count(), std::memory_order_relaxed);
   }
 
-  // ---- exhaustion: index i returned no item; nobody calls it again ----
-  [[nodiscard]] bool exhausted(std::size_t i) const noexcept {
-    return seats_[i].exhausted.load(std::memory_order_acquire);
-  }
-  /// Called under seat i. Wakes index i's own thread, which then exits.
-  void exhaust(std::size_t i) {
-    seats_[i].exhausted.store(true, std::memory_order_release);
-    wake_all();
-  }
-  /// Some index is not exhausted.
-  [[nodiscard]] bool live() const noexcept {
-    for (std::size_t i = 0; i < n_; ++i)
-      if (!exhausted(i)) return true;
-    return false;
+  // ---- the end: the source returned no item; nobody calls it again ----
+  [[nodiscard]] bool exhausted() const noexcept { return exhausted_.load(std::memory_order_acquire); }
+  /// Called under the seat. Wakes the source's own thread, which then exits.
+  void exhaust() {
+    exhausted_.store(true, std::memory_order_release);
+    {
+      const std::lock_guard lk(m_);  // a parker checks under m_ before it waits
+    }
+    cv_.notify_all();
   }
 
-  // ---- the own threads' park ----
-  /// Own thread i: parks while the source is cheap and no consumer thread
-  /// waits for an item. false: index i is exhausted or the run ends.
-  [[nodiscard]] bool park(std::size_t i) {
+  // ---- the own thread's park ----
+  /// Parks while the source is cheap and no consumer thread waits for an
+  /// item. false: the source is exhausted or the run ends.
+  [[nodiscard]] bool park() {
     std::unique_lock lk(m_);
-    cv_.wait(lk, [&] { return ended_ || exhausted(i) || waiting_ != 0 || !cheap(); });
-    return !ended_ && !exhausted(i);
+    cv_.wait(lk, [&] { return ended_ || exhausted() || waiting_ != 0 || !cheap(); });
+    return !ended_ && !exhausted();
   }
-  /// A consumer thread waits in the link for an item from the own threads
-  /// (RAII: for as long as the guard lives).
+  /// A consumer thread waits in the link for an item from the own thread
+  /// (for as long as the guard lives).
   class waiting {
    public:
     explicit waiting(source_pull& p) : p_(p) {
@@ -109,7 +95,7 @@ class source_pull {
    private:
     source_pull& p_;
   };
-  /// cancel or drain: every own thread wakes and exits.
+  /// cancel or drain: the own thread wakes and exits.
   void end() noexcept {
     try {
       {
@@ -117,7 +103,7 @@ class source_pull {
         ended_ = true;
       }
       cv_.notify_all();
-    } catch (...) {  // std::mutex::lock only throws on misuse; cancel must not throw
+    } catch (...) {  // std::mutex::lock throws only on misuse; cancel must not throw
     }
   }
   /// Consumer threads waiting in the link for an item now (for tests and diagnostics).
@@ -127,44 +113,31 @@ class source_pull {
   }
 
  private:
-  void wake_all() {
-    {
-      const std::lock_guard lk(m_);  // a parker checks under m_ before it waits
-    }
-    cv_.notify_all();
-  }
-
-  struct alignas(64) seat {
-    std::mutex m;
-    std::uint32_t calls = 0;  // touched only by the seat's holder
-    std::atomic<bool> exhausted{false};
-  };
-  std::size_t n_;
-  std::unique_ptr<seat[]> seats_;
+  alignas(64) std::mutex m_seat_;
+  std::uint32_t calls_ = 0;  // touched only by the seat's holder
+  std::atomic<bool> exhausted_{false};
   static constexpr std::int64_t unknown = std::numeric_limits<std::int64_t>::max();
-  std::atomic<std::int64_t> cost_ns_[2]{unknown, unknown};  // "unknown": the own threads call until sampled cheap
+  std::atomic<std::int64_t> cost_ns_[2]{unknown, unknown};  // "unknown": the own thread calls until sampled cheap
   std::atomic<unsigned> next_{0};
-  std::mutex m_;
+  alignas(64) std::mutex m_;
   std::condition_variable cv_;
   int waiting_ = 0;  // under m_
   bool ended_ = false;
 };
 
-/// Holds seat i of a source_pull until released or destroyed (also when the source throws).
+/// Holds the seat of a source_pull until released or destroyed (also when the source throws).
 class source_seat {
  public:
-  source_seat() = default;
-  source_seat(source_pull* p, std::size_t i) noexcept : p_(p), i_(i) {}
+  explicit source_seat(source_pull* p) noexcept : p_(p) {}
   source_seat(const source_seat&) = delete;
   source_seat& operator=(const source_seat&) = delete;
   ~source_seat() { release(); }
   void release() noexcept {
-    if (p_ != nullptr) p_->give(i_), p_ = nullptr;
+    if (p_ != nullptr) p_->give(), p_ = nullptr;
   }
 
  private:
-  source_pull* p_ = nullptr;
-  std::size_t i_ = 0;
+  source_pull* p_;
 };
 
 }  // namespace dflash::detail
