@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstddef>
 #include <mutex>
@@ -305,4 +306,46 @@ TEST_CASE("source pull: a pulled call that throws fails the run; pipeline_stop e
     CHECK_NOTHROW(p.join());
     CHECK(s.produced.load() == 1000);
   }
+}
+
+namespace {
+// Two source workers whose every 64th calls meet at a barrier (the others are
+// cheap, so the source samples cheap).
+struct lockstep_source {
+  static constexpr dflash::fixed_string name{"source"};
+  using input_type = void;
+  using output_type = int;
+  std::barrier<>* meet;
+  int* next;  // per index
+  int rounds;
+  std::optional<int> operator()(std::size_t w) const {
+    if (next[w] >= rounds) return std::nullopt;
+    if (next[w] % 64 == 63) meet->arrive_and_wait();
+    return static_cast<int>(w) * 10000 + next[w]++;
+  }
+};
+struct quick_mid {
+  static constexpr dflash::fixed_string name{"mid"};
+  using input_type = int;
+  using output_type = int;
+  int operator()(int&& x) const {
+    std::this_thread::sleep_for(20us);  // the link runs empty between the source's rounds
+    return x;
+  }
+};
+using lockstep_chain = dflash::Pipeline<NullProfiler, dflash::workers<lockstep_source, 2>, dflash::queue_link<"q1", 2>,
+                                        quick_mid, dflash::queue_link<"q2", 4>, value_sink>;
+}  // namespace
+
+// Had mid's one thread called index 0 while both own threads slept, it would
+// wait at the barrier for an index 1 nobody calls (the run would hang).
+TEST_CASE("source pull: source workers whose calls wait for one another finish", "[pipeline][help][pull]") {
+  watchdog wd("source pull, source workers in lockstep");
+  constexpr int rounds = 2000;
+  std::barrier<> meet(2);
+  int next[2] = {0, 0};
+  std::vector<int> got;
+  lockstep_chain p(lockstep_source{&meet, next, rounds}, quick_mid{}, value_sink{&got});
+  p.run_to_completion();
+  CHECK(got.size() == 2u * rounds);
 }
