@@ -247,10 +247,15 @@ void host_worker(Core& c, std::size_t w) noexcept {
     if constexpr (I == 0) {
       source_pull* pull = nullptr;
       if constexpr (Core::source_pulled) pull = c.pull();
+      // Woken (a consumer waits, or the source turned slow), the own thread fills
+      // the link before it may park again: the link then absorbs the next hiccups
+      // (a slow sample, a taken seat) instead of a wake each.
+      bool filling = false;
       while (!c.cancelled() && !c.draining()) {
         std::optional<source_seat> held;
         if (pull != nullptr) {  // stage 1's threads may call the source: park while they do
-          if (!pull->park()) break;
+          if (!filling && !pull->park()) break;
+          filling = c.template link<0>().size() + 1 < c.template link<0>().capacity();
           pull->take();
           held.emplace(pull);
           if (pull->exhausted() || c.cancelled() || c.draining()) break;
