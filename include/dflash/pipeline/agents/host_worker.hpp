@@ -250,15 +250,18 @@ void host_worker(Core& c, std::size_t w) noexcept {
       // Woken (a consumer waits, or the source turned slow), the own thread fills
       // the link before it may park again: the link then absorbs the next hiccups
       // (a slow sample, a taken seat) instead of a wake each.
-      bool filling = false;
+      [[maybe_unused]] bool filling = false;
       while (!c.cancelled() && !c.draining()) {
         std::optional<source_seat> held;
-        if (pull != nullptr) {  // stage 1's threads may call the source: park while they do
-          if (!filling && !pull->park()) break;
-          filling = c.template link<0>().size() + 1 < c.template link<0>().capacity();
-          pull->take();
-          held.emplace(pull);
-          if (pull->exhausted() || c.cancelled() || c.draining()) break;
+        if constexpr (Core::source_pulled) {
+          if (pull != nullptr) {  // stage 1's threads may call the source: park while they do
+            if (!filling && !pull->park()) break;
+            auto& q = c.template link<0>();
+            filling = q.size() + 1 < q.capacity();
+            pull->take();
+            held.emplace(pull);
+            if (pull->exhausted() || c.cancelled() || c.draining()) break;
+          }
         }
         // The seat is held through the push: one index's items enter the link in
         // call order. false: exhausted, or the pipeline is closing.
