@@ -694,28 +694,29 @@ TEST_CASE("stress: a direct-link segment into in_order delivers every item once,
   }, [](const scenario&) { return true; });
 }
 
-// The source's and the stages' threads call the cheap stages after them
-// help-first: every item once, in order through the in_order stage and the
-// one-worker stages after it (one source worker), each worker index gets each
-// source worker's items in order, and one call per worker index.
-TEST_CASE("stress: help-first over queue links: every item once, in order, one call per worker index",
-          "[stress][in_order][help]") {
+// A family over help_pipe_of<Source>: every item once, in order through the
+// in_order stage and the one-worker stages after it (one source worker), one
+// call per worker index, and each worker index gets each source worker's items
+// in order.
+template <class Pipe, class MakeSource>
+void indexed_family(const char* family, std::size_t source_workers_max, MakeSource make_source) {
   std::atomic<int> busy[4] = {0, 0, 0, 0};
   int last[4][3] = {};
   std::vector<int> producer_of(tracked_items);
+  const auto sources = [source_workers_max](const scenario& s) { return std::min(s.w_source, source_workers_max); };
   stress(
-      "help-first over queues", false,
+      family, false,
       [&](const scenario& s, observed& o, std::atomic<int>& next) {
         for (auto& per_index : last)
           for (int& l : per_index) l = -1;
-        auto shape = help_pipe::default_shape();
-        shape.workers = {s.w_source, s.w_mid, 1, 1, 1};
+        auto shape = Pipe::default_shape();
+        shape.workers = {sources(s), s.w_mid, 1, 1, 1};
         shape.depths = {s.depth_in, s.depth_link, s.depth_link, s.depth_out};
-        return std::make_unique<help_pipe>(shape, d_noting_source{d_source{&s, &o, &next}, producer_of.data()},
-                                           h_indexed_mid{&s, &o, busy, producer_of.data(), last}, h_relay{}, h_pass{},
-                                           h_sink{&s, &o});
+        return std::make_unique<Pipe>(shape, make_source(d_noting_source{d_source{&s, &o, &next}, producer_of.data()}),
+                                      h_indexed_mid{&s, &o, busy, producer_of.data(), last}, h_relay{}, h_pass{},
+                                      h_sink{&s, &o});
       },
-      [](const scenario& s) { return s.w_source == 1; },
+      [&](const scenario& s) { return sources(s) == 1; },
       [](const scenario&, const observed& o) {
         if (o.overlapped.load() != 0)
           return std::to_string(o.overlapped.load()) + " call(s) ran with a worker index already in a call";
@@ -725,35 +726,18 @@ TEST_CASE("stress: help-first over queue links: every item once, in order, one c
       });
 }
 
+// The source's and the stages' threads call the cheap stages after them help-first.
+TEST_CASE("stress: help-first over queue links: every item once, in order, one call per worker index",
+          "[stress][in_order][help]") {
+  indexed_family<help_pipe>("help-first over queues", 3, [](d_noting_source src) { return src; });
+}
+
 // The mid stage's threads call the one-worker source when its link is empty
-// and the source samples cheap (source pull), while its pace swings: every
-// item once, in order through the in_order stage, each worker index gets the
-// source's items in order, one call per worker index.
+// and the source samples cheap (source pull), while its pace swings (a source
+// with several workers is never pulled).
 TEST_CASE("stress: a pulled source whose cost swings: every item once, in order, one call per worker index",
           "[stress][in_order][help][pull]") {
-  std::atomic<int> busy[4] = {0, 0, 0, 0};
-  int last[4][3] = {};
-  std::vector<int> producer_of(tracked_items);
-  stress(
-      "pulled source", false,
-      [&](const scenario& s, observed& o, std::atomic<int>& next) {
-        for (auto& per_index : last)
-          for (int& l : per_index) l = -1;
-        auto shape = pull_pipe::default_shape();
-        shape.workers = {1, s.w_mid, 1, 1, 1};  // a source with several workers is never pulled
-        shape.depths = {s.depth_link, s.depth_in, s.depth_link, s.depth_out};
-        return std::make_unique<pull_pipe>(shape, d_paced_source{d_noting_source{d_source{&s, &o, &next}, producer_of.data()}},
-                                           h_indexed_mid{&s, &o, busy, producer_of.data(), last}, h_relay{}, h_pass{},
-                                           h_sink{&s, &o});
-      },
-      [](const scenario&) { return true; },
-      [](const scenario&, const observed& o) {
-        if (o.overlapped.load() != 0)
-          return std::to_string(o.overlapped.load()) + " call(s) ran with a worker index already in a call";
-        if (o.index_reordered.load() != 0)
-          return std::to_string(o.index_reordered.load()) + " item(s) reached a worker index after a newer one";
-        return std::string();
-      });
+  indexed_family<pull_pipe>("pulled source", 1, [](d_noting_source src) { return d_paced_source{src}; });
 }
 
 TEST_CASE("stress: one bounded_queue, waiters parking and waking at random: every taken item popped once",

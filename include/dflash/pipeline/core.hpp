@@ -384,16 +384,8 @@ class pipeline_core {
   std::optional<typename stage_type<I>::input_type> pop_input([[maybe_unused]] tag_type& tag) {
     if constexpr (topo::template pending_at<I - 1>) {
       return pop_pending<I>([this](auto ev) { dev_.backend.host_wait(ev); }, tag);
-    } else if constexpr (tagged) {
-      auto got = link<I - 1>().pop();
-      std::optional<typename stage_type<I>::input_type> v;
-      if (got) {
-        tag = got->seq;
-        v.emplace(std::move(got->value));
-      }
-      return v;
     } else {
-      return link<I - 1>().pop();
+      return unwrap<I>(link<I - 1>().pop(), tag);
     }
   }
   // The next input of stage I if one is in host link I - 1 now (never waits; a
@@ -405,6 +397,12 @@ class pipeline_core {
     auto& q = link<I - 1>();
     auto got = q.try_pop();
     if (got) q.record_pop();
+    return unwrap<I>(std::move(got), tag);
+  }
+  // What host link I - 1 gave stage I: its value, and its tag when items carry one.
+  template <std::size_t I>
+  static std::optional<typename stage_type<I>::input_type> unwrap(std::optional<item_type<I - 1>> got,
+                                                                   [[maybe_unused]] tag_type& tag) {
     if constexpr (tagged) {
       std::optional<typename stage_type<I>::input_type> v;
       if (got) {
