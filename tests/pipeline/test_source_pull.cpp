@@ -9,6 +9,7 @@
 #include <dflash/pipeline.hpp>
 #include <dflash/profile.hpp>
 
+#include "collect_sink.hpp"
 #include "watchdog.hpp"
 
 #include <algorithm>
@@ -202,13 +203,7 @@ struct indexed_mid {
     return x;
   }
 };
-struct value_sink {
-  static constexpr dflash::fixed_string name{"sink"};
-  using input_type = int;
-  using output_type = void;
-  std::vector<int>* got;
-  void operator()(int&& x) const { got->push_back(x); }
-};
+using value_sink = dflash_test::collect<int, "sink">;
 using indexed_chain = dflash::Pipeline<NullProfiler, dflash::workers<indexed_source, 3>, dflash::queue_link<"q1", 2>,
                                        dflash::workers<indexed_mid, 3>, dflash::queue_link<"q2", 4>, value_sink>;
 }  // namespace

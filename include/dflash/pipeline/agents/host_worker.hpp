@@ -55,6 +55,13 @@ namespace dflash::detail {
 template <std::size_t I, class Core>
 bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, const typename Core::tag_type& tag);
 
+// A push or pop that did not wait (a helped or pulled item, a try_pop): Key records zero.
+template <class Key, class Core>
+void record_no_wait(Core& c) {
+  using P = std::remove_cvref_t<decltype(c.prof())>;
+  if constexpr (P::enabled) c.prof().add(Key{}, typename P::duration{0});
+}
+
 // f(), timed into `seats` when the seat's turn to sample has come (helped
 // stages and pulled sources only: stage_seats or source_pull).
 template <class Seats, class F>
@@ -126,12 +133,9 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
         // FIFO per producer thread: helped only when every item pushed before has
         // been seated (overtakes none). Once cancelled, the push below fails as usual.
         if ((!fifo_stage<Core, I + 1>() || seats->all_seated(q)) && !c.cancelled()) {
-          q.record_handover();
-          using P = std::remove_cvref_t<decltype(c.prof())>;
-          if constexpr (P::enabled) {  // a push and a pop that did not wait, as the queue records them
-            c.prof().add(stage_wait_key<Core::template stage_type<I>::name>{}, typename P::duration{0});
-            c.prof().add(stage_wait_key<Core::template stage_type<I + 1>::name>{}, typename P::duration{0});
-          }
+          q.record_handover();  // a push and a pop that did not wait, as the queue records them
+          record_no_wait<stage_wait_key<Core::template stage_type<I>::name>>(c);
+          record_no_wait<stage_wait_key<Core::template stage_type<I + 1>::name>>(c);
           return call_and_hand_on<I + 1>(c, seat, std::move(y), tag, &hold);
         }
       }
@@ -173,11 +177,6 @@ pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
   stage_seats* seats = c.template seats<I>();  // made with the source_pull: both stages run here
   auto& q = c.template link<I - 1>();
   const auto& prof = c.prof();
-  using P = std::remove_cvref_t<decltype(c.prof())>;
-  // A pop or hand-over that did not wait: stage 1's .wait (and for a pulled item the source's) records zero.
-  auto no_wait = [&]<class Key>(Key k) {
-    if constexpr (P::enabled) prof.add(k, typename P::duration{0});
-  };
   // One call per worker index: stage 1's seat w before the call (and, for a
   // pulled item, before the source's seat goes: with one seat, no later item
   // can be called by the source's own thread, helping, first).
@@ -191,7 +190,7 @@ pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
     if (c.cancelled()) return pulled::stop;
     tag_type tag{};
     if (auto x = c.template try_pop_input<I>(tag)) {
-      no_wait(stage_wait_key<S::name>{});
+      record_no_wait<stage_wait_key<S::name>>(c);  // the pop that did not wait
       seat_hold hold = seat(true);
       if (c.cancelled()) return pulled::stop;
       return call_and_hand_on<I>(c, w, std::move(*x), tag, &hold) ? pulled::went_on : pulled::stop;
@@ -227,8 +226,8 @@ pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
     tag = c.next_source_tag();
     c.template flow_done<0>(tag);
     q.record_handover();  // a push and a pop that did not wait, as the queue records them
-    no_wait(stage_wait_key<S0::name>{});
-    no_wait(stage_wait_key<S::name>{});
+    record_no_wait<stage_wait_key<S0::name>>(c);
+    record_no_wait<stage_wait_key<S::name>>(c);
     seat_hold hold = seat(false);
     src.release();
     if (c.cancelled()) return pulled::stop;

@@ -22,16 +22,14 @@
 // seat taken, or the source not cheap); otherwise it parks here. cancel,
 // drain and the source's end wake it.
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <mutex>
 
-#include "dflash/pipeline/agents/stage_seats.hpp"
+#include "dflash/pipeline/agents/sampled_cost.hpp"
 
 namespace dflash::detail {
 
@@ -44,16 +42,11 @@ class source_pull {
   void take() { m_seat_.lock(); }
   void give() noexcept { m_seat_.unlock(); }
 
-  // ---- the sampled cost (as stage_seats: the smaller of the two latest samples) ----
-  [[nodiscard]] bool cheap() const noexcept {
-    return std::min(cost_ns_[0].load(std::memory_order_relaxed), cost_ns_[1].load(std::memory_order_relaxed)) <
-           stage_seats::cheap_ns;
-  }
+  // ---- the sampled cost (sampled_cost.hpp; "unknown" at first: the own thread calls until sampled cheap) ----
+  [[nodiscard]] bool cheap() const noexcept { return cost_.cheap(); }
   /// Whether the seat's holder times this call (it then reports it with sampled()).
-  [[nodiscard]] bool sample(std::size_t) noexcept { return calls_++ % stage_seats::sample_every == 0; }
-  void sampled(std::chrono::nanoseconds d) noexcept {
-    cost_ns_[next_.fetch_add(1, std::memory_order_relaxed) & 1].store(d.count(), std::memory_order_relaxed);
-  }
+  [[nodiscard]] bool sample(std::size_t) noexcept { return calls_++ % sampled_cost::sample_every == 0; }
+  void sampled(std::chrono::nanoseconds d) noexcept { cost_.sampled(d); }
 
   // ---- the end: the source returned no item; nobody calls it again ----
   [[nodiscard]] bool exhausted() const noexcept { return exhausted_.load(std::memory_order_acquire); }
@@ -106,19 +99,12 @@ class source_pull {
     } catch (...) {  // std::mutex::lock throws only on misuse; cancel must not throw
     }
   }
-  /// Consumer threads waiting in the link for an item now (for tests and diagnostics).
-  [[nodiscard]] int waiting_consumers() {
-    const std::lock_guard lk(m_);
-    return waiting_;
-  }
 
  private:
   alignas(64) std::mutex m_seat_;
   std::uint32_t calls_ = 0;  // touched only by the seat's holder
   std::atomic<bool> exhausted_{false};
-  static constexpr std::int64_t unknown = std::numeric_limits<std::int64_t>::max();
-  std::atomic<std::int64_t> cost_ns_[2]{unknown, unknown};  // "unknown": the own thread calls until sampled cheap
-  std::atomic<unsigned> next_{0};
+  sampled_cost cost_;
   alignas(64) std::mutex m_;
   std::condition_variable cv_;
   int waiting_ = 0;  // under m_

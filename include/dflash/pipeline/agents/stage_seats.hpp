@@ -5,43 +5,35 @@
 // index at a time" (what a stage taking its worker index relies on), and an
 // in_order stage's one seat guards its reorder buffer.
 //
-// It also holds what decides whether a producer helps: a sampled call
-// duration. A producer that runs a slow call inline stops producing for that
-// long while the stage's own threads sit idle, so only stages whose sampled
-// call is below `cheap_ns` are helped — about what handing the item to a
-// parked thread costs (a futex wake and two context switches, ~1-5 us on the
-// machines measured in docs/bench/pipeline.md).
+// It also holds what decides whether a producer helps: the stage's sampled
+// call duration (sampled_cost.hpp). A producer that runs a slow call inline
+// stops producing for that long while the stage's own threads sit idle.
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <thread>
 
 #include "dflash/detail/spin.hpp"
+#include "dflash/pipeline/agents/sampled_cost.hpp"
 
 namespace dflash::detail {
 
 class stage_seats {
  public:
   static constexpr std::size_t none = ~std::size_t{0};
-  /// A helped call must have sampled below this (see the header comment).
-  static constexpr std::int64_t cheap_ns = 1000;
+  /// A helped call must have sampled below this (sampled_cost.hpp).
+  static constexpr std::int64_t cheap_ns = sampled_cost::cheap_ns;
   /// One call in `sample_every` per seat is timed (two clock reads).
-  static constexpr std::uint32_t sample_every = 8;
+  static constexpr std::uint32_t sample_every = sampled_cost::sample_every;
 
   explicit stage_seats(std::size_t n) : n_(n), seats_(std::make_unique<seat[]>(n)) {}
 
   [[nodiscard]] std::size_t size() const noexcept { return n_; }
-  /// The smaller of the two latest samples is below cheap_ns: one call
-  /// stretched by preemption does not stop the help.
-  [[nodiscard]] bool cheap() const noexcept {
-    return std::min(cost_ns_[0].load(std::memory_order_relaxed), cost_ns_[1].load(std::memory_order_relaxed)) <
-           cheap_ns;
-  }
+  /// The stage's sampled call is cheap (sampled_cost::cheap).
+  [[nodiscard]] bool cheap() const noexcept { return cost_.cheap(); }
 
   /// A free seat for a helper, or `none`; never waits, and leaves the seats to
   /// the stage's own threads while one of them waits for a seat.
@@ -87,9 +79,7 @@ class stage_seats {
 
   /// Whether the holder of seat i times this call (it then reports it with sampled()).
   [[nodiscard]] bool sample(std::size_t i) noexcept { return seats_[i].calls++ % sample_every == 0; }
-  void sampled(std::chrono::nanoseconds d) noexcept {
-    cost_ns_[next_.fetch_add(1, std::memory_order_relaxed) & 1].store(d.count(), std::memory_order_relaxed);
-  }
+  void sampled(std::chrono::nanoseconds d) noexcept { cost_.sampled(d); }
 
  private:
   std::size_t any_free() noexcept {
@@ -107,13 +97,7 @@ class stage_seats {
   };
   std::size_t n_;
   std::unique_ptr<seat[]> seats_;
-  // The two latest samples (relaxed: a heuristic; a lost update only delays a switch by a sample).
-  // Both "unknown" at first: a stage is helped only once its own threads have
-  // sampled a cheap call (a first call that blocks, e.g. on a barrier with the
-  // stage's other calls, never runs on its producer's thread).
-  static constexpr std::int64_t unknown = std::numeric_limits<std::int64_t>::max();
-  std::atomic<std::int64_t> cost_ns_[2]{unknown, unknown};
-  std::atomic<unsigned> next_{0};
+  sampled_cost cost_;
   alignas(64) std::atomic<std::uint64_t> seated_{0};
   std::atomic<int> waiting_{0};  // own threads waiting in take()
 };
