@@ -10,6 +10,7 @@
 #include <string>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 using namespace dflash::literals;
@@ -115,6 +116,48 @@ TEST_CASE("the TSC clock measures real time within reason", "[accumulating]") {
   const double ratio = std::chrono::duration<double>(tsc) / std::chrono::duration<double>(steady);
   CHECK(ratio == Approx(1.0).epsilon(0.05));
 }
+
+TEST_CASE("a TSC scope records the range's length from raw ticks", "[accumulating]") {
+  using tsc_profiler = dflash::AccumulatingProfiler<keys, dflash::tsc_clock>;
+  tsc_profiler p;
+#if DFLASH_HAS_TSC
+  static_assert(std::is_same_v<decltype(p.scope("forward"_key)), tsc_profiler::length_scope_type<0>>,
+                "a TickClock scope of AccumulatingProfiler converts once");
+#endif
+  const auto s0 = std::chrono::steady_clock::now();
+  {
+    auto s = p.scope("forward"_key);
+    std::this_thread::sleep_for(20ms);
+  }
+  const auto steady = std::chrono::steady_clock::now() - s0;
+  const auto snap = p.snapshot();
+  const auto* f = snap.find("forward");
+  REQUIRE(f != nullptr);
+  REQUIRE(f->count == 1);
+  // Inside the steady range, and not much shorter than the sleep.
+  CHECK(static_cast<double>(f->total_ns) <= 1.05 * static_cast<double>(std::chrono::nanoseconds(steady).count()));
+  CHECK(f->total_ns >= 19'000'000);
+}
+
+#if DFLASH_HAS_TSC
+TEST_CASE("TSC ticks convert like time points; a negative difference is 0", "[accumulating]") {
+  using tsc = dflash::tsc_clock;
+  const auto s0 = std::chrono::steady_clock::now();
+  const std::uint64_t k0 = tsc::ticks();
+  const auto t0 = tsc::now();
+  std::this_thread::sleep_for(5ms);
+  const auto t1 = tsc::now();
+  const std::uint64_t k1 = tsc::ticks();
+  const auto steady = std::chrono::nanoseconds(std::chrono::steady_clock::now() - s0).count();
+  const auto by_points = static_cast<std::uint64_t>((t1 - t0).count());
+  const std::uint64_t by_ticks = tsc::ticks_to_ns(static_cast<std::int64_t>(k1 - k0));
+  CHECK(by_ticks + 1 >= by_points);  // the tick range encloses the time-point range (each rounds down)
+  CHECK(static_cast<double>(by_ticks) <= 1.05 * static_cast<double>(steady));
+  CHECK(tsc::ticks_to_ns(0) == 0);
+  CHECK(tsc::ticks_to_ns(-1) == 0);
+  CHECK(tsc::ticks_to_ns(std::numeric_limits<std::int64_t>::min()) == 0);
+}
+#endif
 
 namespace {
 template <class Profiler>

@@ -143,6 +143,7 @@ class AccumulatingProfiler
   static constexpr std::string_view policy_name = "dflash::AccumulatingProfiler";
   void on_range(std::size_t key, time_point start, time_point stop) const noexcept { record(key, to_ns(stop - start)); }
   void on_added(std::size_t key, std::uint64_t ns) const noexcept { record(key, ns); }
+  void on_length(std::size_t key, std::uint64_t ns) const noexcept { record(key, ns); }  // scopes on a TickClock
 
   template <class D>
   static std::uint64_t to_ns(D d) noexcept {

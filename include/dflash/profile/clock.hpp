@@ -26,6 +26,16 @@ concept ProfilerClock = requires {
   { C::now() - C::now() } -> std::convertible_to<typename C::duration>;
 };
 
+/// A ProfilerClock that also hands out its raw counter. A profiler that needs
+/// only a range's length (AccumulatingProfiler) reads ticks() at both ends and
+/// converts the difference once, instead of converting two time points: a
+/// multiply less per zone, a few percent of a TSC zone.
+template <class C>
+concept TickClock = ProfilerClock<C> && requires(std::int64_t d) {
+  { C::ticks() } noexcept -> std::same_as<std::uint64_t>;
+  { C::ticks_to_ns(d) } noexcept -> std::same_as<std::uint64_t>;
+};
+
 namespace detail {
 /// The std::chrono clock members of a steady nanosecond clock C.
 template <class C>
@@ -91,6 +101,15 @@ struct tsc_clock : detail::steady_ns_clock<tsc_clock> {
     const u128 t = __builtin_ia32_rdtsc() - c.base;
     return time_point{duration{static_cast<rep>((t * c.mult) >> 32)}};
   }
+  /// The raw counter (TickClock): only differences of two reads mean anything.
+  static std::uint64_t ticks() noexcept { return __builtin_ia32_rdtsc(); }
+  /// A difference of two ticks() in nanoseconds. Negative (the thread moved to
+  /// a core whose counter is a little behind) reads as 0, as a range between
+  /// two now() does in a profiler.
+  static std::uint64_t ticks_to_ns(std::int64_t d) noexcept {
+    __extension__ using u128 = unsigned __int128;
+    return d > 0 ? static_cast<std::uint64_t>((static_cast<u128>(d) * detail::tsc_state<>::calibration.mult) >> 32) : 0;
+  }
 };
 #else
 using tsc_clock = std::chrono::steady_clock;  // no TSC on this architecture
@@ -99,5 +118,9 @@ using tsc_clock = std::chrono::steady_clock;  // no TSC on this architecture
 static_assert(ProfilerClock<std::chrono::steady_clock>);
 static_assert(ProfilerClock<manual_clock>);
 static_assert(ProfilerClock<tsc_clock>);
+#if DFLASH_HAS_TSC
+static_assert(TickClock<tsc_clock>);
+#endif
+static_assert(!TickClock<std::chrono::steady_clock>);
 
 }  // namespace dflash

@@ -9,6 +9,13 @@
 //   void on_range(std::size_t key, time_point start, time_point stop) const noexcept;
 //   void on_added(std::size_t key, std::uint64_t ns) const noexcept;  // a duration measured elsewhere
 //
+// A policy for which a scope's length is all that counts may also say so:
+//
+//   void on_length(std::size_t key, std::uint64_t ns) const noexcept;
+//
+// and with a TickClock its scopes then read the raw counter at both ends and
+// convert once (a multiply less per zone than two now()).
+//
 // The key index is a compile-time constant at every call, and every member is
 // inline, so a zone costs what the policy's own on_range costs: the base adds
 // no call, no pointer and no state (it is empty).
@@ -47,6 +54,20 @@ class clock_profiler_base {
     time_point start_;
   };
 
+  /// scope() of a policy that needs only the length, with a TickClock: the raw counter at both ends.
+  template <std::size_t I>
+  class length_scope_type {
+   public:
+    explicit length_scope_type(const Derived& p) noexcept : p_(&p), start_(Clock::ticks()) {}
+    length_scope_type(const length_scope_type&) = delete;
+    length_scope_type& operator=(const length_scope_type&) = delete;
+    ~length_scope_type() { p_->on_length(I, Clock::ticks_to_ns(static_cast<std::int64_t>(Clock::ticks() - start_))); }
+
+   private:
+    const Derived* p_;
+    std::uint64_t start_;
+  };
+
   template <Key K>
   token begin(K) const noexcept {
     check_key<K>();
@@ -64,9 +85,11 @@ class clock_profiler_base {
     self().on_range(Keys::index_of(K::name()), start, stop);
   }
   template <Key K>
-  [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
+  [[nodiscard]] auto scope(K) const noexcept {
     check_key<K>();
-    return scope_type<Keys::index_of(K::name())>(self());
+    constexpr std::size_t i = Keys::index_of(K::name());
+    if constexpr (length_only()) return length_scope_type<i>(self());
+    else return scope_type<i>(self());
   }
   /// Record a duration measured elsewhere (e.g. GPU time). Negative → std::invalid_argument.
   template <Key K, class Rep, class Period>
@@ -77,6 +100,12 @@ class clock_profiler_base {
 
  protected:
   clock_profiler_base() = default;
+  // Asked inside scope(), where Derived is complete.
+  static constexpr bool length_only() noexcept {
+    if constexpr (TickClock<Clock>)
+      return requires(const Derived& d, std::size_t key, std::uint64_t ns) { d.on_length(key, ns); };
+    else return false;
+  }
 
   template <Key K>
   static constexpr void check_key() noexcept {
