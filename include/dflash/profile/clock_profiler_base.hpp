@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "dflash/profile/clock.hpp"
 #include "dflash/profile/key.hpp"
@@ -40,32 +41,36 @@ class clock_profiler_base {
   using token = time_point;
   static constexpr bool enabled = true;
 
+  /// Whether scope() reads the clock's raw counter (a TickClock, and a policy
+  /// that needs only a range's length: it defines on_length). Asked where
+  /// Derived is complete (inside scope() and what it instantiates).
+  static constexpr bool scope_reads_ticks() noexcept {
+    if constexpr (TickClock<Clock>)
+      return requires(const Derived& d, std::size_t key, std::uint64_t ns) { d.on_length(key, ns); };
+    else return false;
+  }
+
   /// RAII timer returned by scope(): the range ends when it is destroyed.
   template <std::size_t I>
   class scope_type {
+    static constexpr bool ticks = scope_reads_ticks();
+
    public:
-    explicit scope_type(const Derived& p) noexcept : p_(&p), start_(Clock::now()) {}
+    explicit scope_type(const Derived& p) noexcept : p_(&p), start_(read()) {}
     scope_type(const scope_type&) = delete;
     scope_type& operator=(const scope_type&) = delete;
-    ~scope_type() { p_->on_range(I, start_, Clock::now()); }
+    ~scope_type() {
+      if constexpr (ticks) p_->on_length(I, Clock::ticks_to_ns(static_cast<std::int64_t>(Clock::ticks() - start_)));
+      else p_->on_range(I, start_, Clock::now());
+    }
 
    private:
+    static auto read() noexcept {
+      if constexpr (ticks) return Clock::ticks();
+      else return Clock::now();
+    }
     const Derived* p_;
-    time_point start_;
-  };
-
-  /// scope() of a policy that needs only the length, with a TickClock: the raw counter at both ends.
-  template <std::size_t I>
-  class length_scope_type {
-   public:
-    explicit length_scope_type(const Derived& p) noexcept : p_(&p), start_(Clock::ticks()) {}
-    length_scope_type(const length_scope_type&) = delete;
-    length_scope_type& operator=(const length_scope_type&) = delete;
-    ~length_scope_type() { p_->on_length(I, Clock::ticks_to_ns(static_cast<std::int64_t>(Clock::ticks() - start_))); }
-
-   private:
-    const Derived* p_;
-    std::uint64_t start_;
+    std::conditional_t<ticks, std::uint64_t, time_point> start_;
   };
 
   template <Key K>
@@ -85,11 +90,9 @@ class clock_profiler_base {
     self().on_range(Keys::index_of(K::name()), start, stop);
   }
   template <Key K>
-  [[nodiscard]] auto scope(K) const noexcept {
+  [[nodiscard]] scope_type<Keys::index_of(K::name())> scope(K) const noexcept {
     check_key<K>();
-    constexpr std::size_t i = Keys::index_of(K::name());
-    if constexpr (length_only()) return length_scope_type<i>(self());
-    else return scope_type<i>(self());
+    return scope_type<Keys::index_of(K::name())>(self());
   }
   /// Record a duration measured elsewhere (e.g. GPU time). Negative → std::invalid_argument.
   template <Key K, class Rep, class Period>
@@ -100,12 +103,6 @@ class clock_profiler_base {
 
  protected:
   clock_profiler_base() = default;
-  // Asked inside scope(), where Derived is complete.
-  static constexpr bool length_only() noexcept {
-    if constexpr (TickClock<Clock>)
-      return requires(const Derived& d, std::size_t key, std::uint64_t ns) { d.on_length(key, ns); };
-    else return false;
-  }
 
   template <Key K>
   static constexpr void check_key() noexcept {
