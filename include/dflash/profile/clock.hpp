@@ -96,19 +96,19 @@ struct tsc_state {
 /// what a profiler of ≥100 ns regions wants.
 struct tsc_clock : detail::steady_ns_clock<tsc_clock> {
   static time_point now() noexcept {
-    const auto& c = detail::tsc_state<>::calibration;
-    __extension__ using u128 = unsigned __int128;  // 64x64→128 multiply, no overflow
-    const u128 t = __builtin_ia32_rdtsc() - c.base;
-    return time_point{duration{static_cast<rep>((t * c.mult) >> 32)}};
+    return time_point{duration{static_cast<rep>(to_ns(ticks() - detail::tsc_state<>::calibration.base))}};
   }
   /// The raw counter (TickClock): only differences of two reads mean anything.
   static std::uint64_t ticks() noexcept { return __builtin_ia32_rdtsc(); }
   /// A difference of two ticks() in nanoseconds. Negative (the thread moved to
   /// a core whose counter is a little behind) reads as 0, as a range between
   /// two now() does in a profiler.
-  static std::uint64_t ticks_to_ns(std::int64_t d) noexcept {
-    __extension__ using u128 = unsigned __int128;
-    return d > 0 ? static_cast<std::uint64_t>((static_cast<u128>(d) * detail::tsc_state<>::calibration.mult) >> 32) : 0;
+  static std::uint64_t ticks_to_ns(std::int64_t d) noexcept { return d > 0 ? to_ns(static_cast<std::uint64_t>(d)) : 0; }
+
+ private:
+  static std::uint64_t to_ns(std::uint64_t t) noexcept {
+    __extension__ using u128 = unsigned __int128;  // 64x64→128 multiply, no overflow
+    return static_cast<std::uint64_t>((static_cast<u128>(t) * detail::tsc_state<>::calibration.mult) >> 32);
   }
 };
 #else
