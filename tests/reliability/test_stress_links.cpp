@@ -697,9 +697,11 @@ TEST_CASE("stress: a direct-link segment into in_order delivers every item once,
 // A family over help_pipe_of<Source>: every item once, in order through the
 // in_order stage and the one-worker stages after it (one source worker), one
 // call per worker index, and each worker index gets each source worker's items
-// in order.
+// in order. Link 0's depth is drawn as `first_depth` (a pulled source's link:
+// the short depth_link, where a pull matters most), link 1's as the other.
 template <class Pipe, class MakeSource>
-void indexed_family(const char* family, std::size_t source_workers_max, MakeSource make_source) {
+void indexed_family(const char* family, std::size_t source_workers_max, std::size_t scenario::*first_depth,
+                    MakeSource make_source) {
   std::atomic<int> busy[4] = {0, 0, 0, 0};
   int last[4][3] = {};
   std::vector<int> producer_of(tracked_items);
@@ -711,7 +713,8 @@ void indexed_family(const char* family, std::size_t source_workers_max, MakeSour
           for (int& l : per_index) l = -1;
         auto shape = Pipe::default_shape();
         shape.workers = {sources(s), s.w_mid, 1, 1, 1};
-        shape.depths = {s.depth_in, s.depth_link, s.depth_link, s.depth_out};
+        const bool link_first = first_depth == &scenario::depth_link;
+        shape.depths = {s.*first_depth, link_first ? s.depth_in : s.depth_link, s.depth_link, s.depth_out};
         return std::make_unique<Pipe>(shape, make_source(d_noting_source{d_source{&s, &o, &next}, producer_of.data()}),
                                       h_indexed_mid{&s, &o, busy, producer_of.data(), last}, h_relay{}, h_pass{},
                                       h_sink{&s, &o});
@@ -729,7 +732,7 @@ void indexed_family(const char* family, std::size_t source_workers_max, MakeSour
 // The source's and the stages' threads call the cheap stages after them help-first.
 TEST_CASE("stress: help-first over queue links: every item once, in order, one call per worker index",
           "[stress][in_order][help]") {
-  indexed_family<help_pipe>("help-first over queues", 3, [](d_noting_source src) { return src; });
+  indexed_family<help_pipe>("help-first over queues", 3, &scenario::depth_in, [](d_noting_source src) { return src; });
 }
 
 // The mid stage's threads call the one-worker source when its link is empty
@@ -737,7 +740,8 @@ TEST_CASE("stress: help-first over queue links: every item once, in order, one c
 // with several workers is never pulled).
 TEST_CASE("stress: a pulled source whose cost swings: every item once, in order, one call per worker index",
           "[stress][in_order][help][pull]") {
-  indexed_family<pull_pipe>("pulled source", 1, [](d_noting_source src) { return d_paced_source{src}; });
+  indexed_family<pull_pipe>("pulled source", 1, &scenario::depth_link,
+                            [](d_noting_source src) { return d_paced_source{src}; });
 }
 
 TEST_CASE("stress: one bounded_queue, waiters parking and waking at random: every taken item popped once",
