@@ -15,6 +15,8 @@ wall time is reported next to it. A benchmark, not a test: no thresholds.
 
 usage: scripts/compile_time.py [--rounds 7] [--cxx g++] [--out results.json]
        scripts/compile_time.py --headers [--rounds 5] [HEADER...]   each header alone, -fsyntax-only
+       scripts/compile_time.py --probe [--rounds 7]   the pipeline TU on a type-erased engine
+                               (scripts/compile_time_probe.cpp), header-only and compiled, next to oneTBB
 --out writes the comparison JSON scripts/bench_report.py reads (as benchmarks/compare.hpp does)."""
 import argparse
 import json
@@ -192,20 +194,53 @@ def headers_alone(args):
         print(f"| `{name}` | {c['median']:.2f} [{c['min']:.2f} .. {c['max']:.2f}] |")
 
 
+def erased_engine_probe(args):
+    """scripts/compile_time_probe.cpp (the pipeline TU on a minimal type-erased engine) built
+    header-only and with the engine left to a library, next to the oneTBB TU and the dflash TU.
+    The header-only probe is linked and run once first: its sums must be right."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="dflash-compile-time-"))
+    (tmp / "dflash_pipeline.cpp").write_text(DFLASH_TU)
+    (tmp / "tbb_pipeline.cpp").write_text(TBB_TU)
+    probe = ROOT / "scripts" / "compile_time_probe.cpp"
+    exe = tmp / "probe"
+    compile_once([args.cxx, "-std=c++20", "-O2", f"-I{ROOT / 'include'}", str(probe), "-o", str(exe), "-pthread"])
+    run = subprocess.run([str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if run.returncode:
+        sys.exit(f"compile_time: the probe ran wrong ({run.returncode}):\n{run.stdout}")
+    subjects = [
+        ("tbb", base_cmd(args.cxx) + [str(tmp / "tbb_pipeline.cpp")]),
+        ("dflash", base_cmd(args.cxx) + [str(tmp / "dflash_pipeline.cpp")]),
+        ("erased, header-only", base_cmd(args.cxx) + [str(probe)]),
+        ("erased, compiled", base_cmd(args.cxx, ["-DPROBE_ENGINE_COMPILED"]) + [str(probe)]),
+    ]
+    res = interleave(subjects, args.rounds)
+    print(f"\n{args.cxx} -O2, one TU; CPU s and ratio to tbb, median [min .. max] over {args.rounds} interleaved rounds")
+    for name, _ in subjects:
+        c = summarize(res[name]["cpu"])
+        r = summarize([s / a for s, a in zip(res[name]["cpu"], res["tbb"]["cpu"])])
+        print(f"  {name:<20} {c['median']:5.2f} s [{c['min']:.2f} .. {c['max']:.2f}]   /tbb {r['median']:.2f} "
+              f"[{r['min']:.2f} .. {r['max']:.2f}]")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--cxx", default="g++")
     ap.add_argument("--out", help="write the comparison JSON here")
     ap.add_argument("--headers", action="store_true", help="cost of each header alone instead")
+    ap.add_argument("--probe", action="store_true", help="the pipeline TU on a type-erased engine instead")
     ap.add_argument("header", nargs="*", help="with --headers: the headers, as <x> or \"x\"")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.header and not args.headers:
         ap.error("HEADER arguments need --headers")
+    if args.headers and args.probe:
+        ap.error("--headers and --probe are separate measurements: pick one")
     if args.headers:
         headers_alone(args)
+    elif args.probe:
+        erased_engine_probe(args)
     else:
         pipeline_vs_tbb(args)
 
