@@ -237,6 +237,8 @@ def main():
         ap.error("HEADER arguments need --headers")
     if args.headers and args.probe:
         ap.error("--headers and --probe are separate measurements: pick one")
+    if args.out and (args.headers or args.probe):
+        ap.error("--out writes the pipeline comparison's JSON; --headers and --probe only print")
     if args.headers:
         headers_alone(args)
     elif args.probe:
