@@ -3,8 +3,8 @@
 //   source -> 2 parallel workers x W us busy work -> serial in-order S us -> sink
 // dflash twice: stages joined by queues (a thread per worker), and by direct
 // links (the segment runs on the two workers' threads, as TBB runs its filters).
-// for 2000 items, W/S = 50/20 us ("work"), and for 100000 items 0/0 ("zero-cost
-// stages": per-item hand-off cost; at 2000 items thread start-up dominates), at
+// for 8000 items, W/S = 50/20 us ("work"), and for 100000 items 0/0 ("zero-cost
+// stages": per-item hand-off cost; at a few thousand items thread start-up dominates), at
 // depths 2, 8 and 32 (queue capacity / TBB max tokens). Reports per config the
 // median and the min-max spread over rounds of dflash throughput / TBB
 // throughput, and CPU microseconds per item (getrusage) for both.
@@ -13,9 +13,10 @@
 // `flow = false`, 50/20 us, depth 8: throughput on / off), and what an idle
 // pipeline burns (process CPU over 1 s while the source's first call sleeps).
 // A benchmark, not a test: no thresholds. Extra arguments (Google Benchmark
-// flags from scripts/bench.sh) are ignored; DFLASH_BENCH_ROUNDS sets the rounds
-// (15 by default: a 50/20 us round's ratio swings by +-8 % on a shared 2-core
-// host, against a 5 % margin to the target, so a median of 7 lands on either side).
+// flags from scripts/bench.sh) are ignored; DFLASH_BENCH_ROUNDS sets the rounds.
+// Why 8000 items: a 50/20 us round of 2000 (70 ms) swings by +-8 % on a shared
+// 2-core host, more than the 5 % between the target and parity, so the median
+// of a run fell on either side of it; rounds of 280 ms stay within a few percent.
 #include <dflash/pipeline.hpp>
 #include <dflash/profile.hpp>
 
@@ -140,7 +141,7 @@ double idle_share(std::chrono::milliseconds idle) {
 
 int main(int argc, char** argv) {
   const int rounds = std::getenv("DFLASH_BENCH_ROUNDS") ? std::atoi(std::getenv("DFLASH_BENCH_ROUNDS"))
-                                                        : dflash_bench::rounds_arg(argc, argv, 15);
+                                                        : dflash_bench::rounds_arg(argc, argv, 7);
   if (rounds < 1) {
     std::fprintf(stderr, "pipeline_vs_tbb: rounds must be at least 1 (got %d)\n", rounds);
     return 2;
@@ -152,8 +153,9 @@ int main(int argc, char** argv) {
     std::vector<double> ratio, ratio_direct, cpu_d, cpu_direct, cpu_t, tput_t, tput_d, tput_x;
   };
   using us = std::chrono::microseconds;
+  constexpr int work_items = 8000;
   std::vector<config> cfgs;
-  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"50/20 us work", {us(50), us(20), 2000}, d, {}, {}, {}, {}, {}, {}, {}, {}});
+  for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"50/20 us work", {us(50), us(20), work_items}, d, {}, {}, {}, {}, {}, {}, {}, {}});
   for (std::size_t d : {2u, 8u, 32u}) cfgs.push_back({"zero-cost stages", {us(0), us(0), 100000}, d, {}, {}, {}, {}, {}, {}, {}, {}});
   for (auto& cf : cfgs) {  // warm-up: threads, allocator, TBB's arena
     run_dflash<dflash_pipeline>(cf.c, cf.depth);
@@ -218,8 +220,8 @@ int main(int argc, char** argv) {
     else idle_d.push_back(idle_share<dflash_direct>(idle)), idle_q.push_back(idle_share<dflash_pipeline>(idle));
   }
 
-  std::printf("# pipeline_vs_tbb: %d interleaved rounds, 2 parallel workers + serial in-order stage; 2000 items "
-              "(work), 100000 (zero-cost)\n", rounds);
+  std::printf("# pipeline_vs_tbb: %d interleaved rounds, 2 parallel workers + serial in-order stage; %d items "
+              "(work), 100000 (zero-cost)\n", rounds, work_items);
   std::printf("| stages | depth | links | dflash / TBB throughput (median) | spread (min-max) | CPU us/item dflash | CPU us/item TBB | TBB items/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& cf : cfgs) {
