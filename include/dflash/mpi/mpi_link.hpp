@@ -271,6 +271,12 @@ class link_core final : public channel {
           {
             std::lock_guard lk(m_);
             n = std::exchange(credit_due_[static_cast<std::size_t>(r)], 0);
+            // What is still owed goes back with the closing marker: counted like any batch.
+            stats_.credits_to[static_cast<std::size_t>(r)] += n;
+            if (n != 0) {
+              stats_.max_credit_batch = std::max(stats_.max_credit_batch, n);
+              ++stats_.credit_messages;
+            }
           }
           credits_out_.post_copy(&n, sizeof n, r, tag_credit, c);
         }
