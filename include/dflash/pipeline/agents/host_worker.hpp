@@ -37,6 +37,7 @@
 // rules). The rows read as for a helped item.
 
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <exception>
 #include <optional>
@@ -120,6 +121,25 @@ bool call_and_hand_on(Core& c, std::size_t w, typename Core::template stage_type
   else return process(std::move(x), tag);
 }
 
+// After a push that leaves link I at least half full (a link deeper than two
+// items), the consumer is behind. With more threads than cores it may be
+// runnable but waiting for this core: running on, its producers fill the link
+// and then block together while it works the backlog off alone, and a core
+// idles. Yielding lets it run now (measured in docs/bench/pipeline.md, "Longer
+// runs"). Where no other thread waits for this core the yield returns at once:
+// one syscall per such push.
+template <std::size_t I, class Core>
+void yield_to_backlog(Core& c) {
+  if constexpr (requires(typename Core::template endpoint_type<I>& e) {
+                  { e.size() } -> std::convertible_to<std::size_t>;
+                  { e.capacity() } -> std::convertible_to<std::size_t>;
+                }) {
+    const auto& q = c.template link<I>();
+    const std::size_t cap = q.capacity();
+    if (cap > 2 && 2 * q.size() >= cap) std::this_thread::yield();
+  }
+}
+
 // Stage I's result to link I: called by this thread when stage I + 1 may be
 // helped (see the header comment), else pushed; the push's wait is stage I's .wait.
 template <std::size_t I, class Core>
@@ -142,7 +162,9 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
     }
   }
   auto t = c.prof().scope(stage_wait_key<Core::template stage_type<I>::name>{});
-  return c.template push_output<I>(std::move(y), tag);
+  if (!c.template push_output<I>(std::move(y), tag)) return false;
+  yield_to_backlog<I>(c);
+  return true;
 }
 
 // What runs under a pulled source's seat: an error or pipeline_stop ends the
