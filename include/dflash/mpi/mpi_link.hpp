@@ -271,12 +271,7 @@ class link_core final : public channel {
           {
             std::lock_guard lk(m_);
             n = std::exchange(credit_due_[static_cast<std::size_t>(r)], 0);
-            // What is still owed goes back with the closing marker: counted like any batch.
-            stats_.credits_to[static_cast<std::size_t>(r)] += n;
-            if (n != 0) {
-              stats_.max_credit_batch = std::max(stats_.max_credit_batch, n);
-              ++stats_.credit_messages;
-            }
+            count_credits(static_cast<std::size_t>(r), n);  // what is still owed goes with the closing marker
           }
           credits_out_.post_copy(&n, sizeof n, r, tag_credit, c);
         }
@@ -792,6 +787,14 @@ class link_core final : public channel {
     return busy;
   }
 
+  // Under m_: n credits go back to rank r in one message (none: no batch).
+  void count_credits(std::size_t r, std::uint64_t n) {
+    if (n == 0) return;
+    stats_.credits_to[r] += n;
+    stats_.max_credit_batch = std::max(stats_.max_credit_batch, n);
+    ++stats_.credit_messages;
+  }
+
   // Credits for what the source stage took, in batches (credits_due).
   bool post_credits(MPI_Comm c, bool idle) {
     bool busy = false;
@@ -803,9 +806,7 @@ class link_core final : public channel {
         if (credits_due(r, idle)) {
           const std::uint64_t n = std::exchange(credit_due_[r], 0);
           due.emplace_back(static_cast<int>(r), n);
-          stats_.credits_to[r] += n;
-          stats_.max_credit_batch = std::max(stats_.max_credit_batch, n);
-          ++stats_.credit_messages;
+          count_credits(r, n);
         }
     }
     for (auto [r, n] : due) {
