@@ -2,7 +2,10 @@
 // mutex + condition_variable + deque queue, moodycamel's
 // BlockingConcurrentQueue and tbb::concurrent_bounded_queue, same workload,
 // interleaved rounds in one process. Items/s; ratio = dflash / anchor.
-//   compare_queue [--rounds=N]
+//   compare_queue [--rounds=N] [--pin=apart|together]
+// --pin fixes where the threads run: producers on CPU 0 and consumers on CPU 1
+// (apart), or all on CPU 0 (together). Unpinned, the scheduler picks per round,
+// and a 1P1C round reads very differently in the two placements.
 // moodycamel's queue is unbounded (pre-sized to the capacity; enqueue may grow
 // it); the others block at the capacity.
 #include <dflash/queue/bounded_queue.hpp>
@@ -16,6 +19,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -28,8 +32,50 @@
 #include <tbb/concurrent_queue.h>
 #endif
 
+#include <pthread.h>
+#include <sched.h>
+
 namespace {
 using item = std::int64_t;
+
+// CPUs for producers and consumers; -1 = unpinned.
+struct placement {
+  int producer_cpu = -1, consumer_cpu = -1;
+  const char* label = "";
+};
+
+placement placement_arg(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a.rfind("--pin=", 0) != 0) continue;
+    const std::string_view v = a.substr(6);
+    if (v == "together") return {0, 0, ", one core"};
+    if (v == "apart") {
+      if (std::thread::hardware_concurrency() < 2) {
+        std::fprintf(stderr, "compare_queue: --pin=apart needs two CPUs\n");
+        std::exit(2);
+      }
+      return {0, 1, ", cores apart"};
+    }
+    std::fprintf(stderr, "compare_queue: --pin takes 'apart' or 'together', not '%.*s'\n", static_cast<int>(v.size()),
+                 v.data());
+    std::exit(2);
+  }
+  return {};
+}
+
+void pin_to(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (const int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set); rc != 0) {
+    std::fprintf(stderr, "compare_queue: cannot pin a thread to CPU %d (error %d)\n", cpu, rc);
+    std::exit(2);
+  }
+}
+
+placement where;  // set once in main, before any round
 
 class mutex_deque_queue {
  public:
@@ -69,12 +115,14 @@ double run(int producers, int consumers, std::int64_t per, Push push, Pop pop) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int c = 0; c < consumers; ++c)
     cs.emplace_back([&] {
+      pin_to(where.consumer_cpu);
       std::int64_t s = 0;
       while (claimed.fetch_add(1, std::memory_order_relaxed) < total) s += pop();
       sum += s;
     });
   for (int p = 0; p < producers; ++p)
     ps.emplace_back([&] {
+      pin_to(where.producer_cpu);
       for (std::int64_t i = 0; i < per; ++i) push(i);
     });
   for (auto& t : ps) t.join();
@@ -98,6 +146,7 @@ int main(int argc, char** argv) {
   cmp.skipped.push_back("tbb::concurrent_bounded_queue (oneTBB not found at build time)");
 #endif
   const int rounds = dflash_bench::rounds_arg(argc, argv, 7);
+  where = placement_arg(argc, argv);
   struct shape {
     int p, c;
     std::size_t cap;
@@ -134,8 +183,8 @@ int main(int argc, char** argv) {
                           });
                         }});
 #endif
-    cmp.run(std::to_string(sh.p) + "P" + std::to_string(sh.c) + "C cap " + std::to_string(sh.cap), subjects,
-            rounds);
+    cmp.run(std::to_string(sh.p) + "P" + std::to_string(sh.c) + "C cap " + std::to_string(sh.cap) + where.label,
+            subjects, rounds);
   }
   cmp.write(argc, argv);
 }

@@ -635,3 +635,35 @@ TEST_CASE("try_push can report full while a pop is half done; push() then succee
   popper.join();
   CHECK(q.size() == 1);
 }
+
+// A push on a full ring first waits, while it spins, for a quarter of the ring
+// to free up (bounded_queue::room_ready). That patience must stay a
+// preference: one freed slot is enough for the push to complete, whether the
+// pop comes while it spins or after it has parked.
+TEST_CASE("a push blocked on a full ring takes the first slot a pop frees", "[bounded_queue][parking]") {
+  watchdog wd("push takes one freed slot", 120s);
+  for (const std::size_t cap : {std::size_t{4}, std::size_t{60}, std::size_t{1024}}) {
+    for (int round = 0; round < 40; ++round) {
+      CAPTURE(cap, round);
+      bounded_queue<int> q(cap);
+      for (std::size_t i = 0; i < cap; ++i) REQUIRE(q.try_push(static_cast<int>(i)) == queue_status::ok);
+      std::atomic<bool> pushed{false};
+      bool accepted = false;
+      std::thread pusher([&] {
+        accepted = q.push(-1);
+        pushed = true;
+      });
+      wait_until([&] { return q.blocked_pushers() == 1; });
+      if (round % 2 == 1) std::this_thread::sleep_for(2ms);  // past the spin: parked
+      REQUIRE(q.pop() == 0);                                    // exactly one slot frees
+      const bool ok = returns_within_10s(pushed);
+      if (!ok) q.close();
+      pusher.join();
+      REQUIRE(ok);
+      CHECK(accepted);
+      CHECK(q.size() == cap);
+      for (std::size_t i = 1; i < cap; ++i) CHECK(q.try_pop() == static_cast<int>(i));
+      CHECK(q.try_pop() == -1);
+    }
+  }
+}
