@@ -128,16 +128,28 @@ bool call_and_hand_on(Core& c, std::size_t w, typename Core::template stage_type
 // idles. Yielding lets it run now (measured in docs/bench/pipeline.md, "Longer
 // runs"). Where no other thread waits for this core the yield returns at once:
 // one syscall per such push.
+//
+// The push only notes the backlog; the thread yields at the top of its worker
+// loop, where it holds no seat. A push can come with a seat held (a helper
+// carrying an item through a one-seat stage, the source's own thread through
+// its push), and yielding there would keep the seat's waiters waiting too.
+inline thread_local bool backlog_seen = false;
+
 template <std::size_t I, class Core>
-void yield_to_backlog(Core& c) {
+void note_backlog(Core& c) {
   if constexpr (requires(typename Core::template endpoint_type<I>& e) {
                   { e.size() } -> std::convertible_to<std::size_t>;
                   { e.capacity() } -> std::convertible_to<std::size_t>;
                 }) {
     const auto& q = c.template link<I>();
     const std::size_t cap = q.capacity();
-    if (cap > 2 && 2 * q.size() >= cap) std::this_thread::yield();
+    if (cap > 2 && 2 * q.size() >= cap) backlog_seen = true;
   }
+}
+
+// At the top of a worker loop: no seat is held here.
+inline void yield_to_backlog() noexcept {
+  if (std::exchange(backlog_seen, false)) std::this_thread::yield();
 }
 
 // Stage I's result to link I: called by this thread when stage I + 1 may be
@@ -163,7 +175,7 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
   }
   auto t = c.prof().scope(stage_wait_key<Core::template stage_type<I>::name>{});
   if (!c.template push_output<I>(std::move(y), tag)) return false;
-  yield_to_backlog<I>(c);
+  note_backlog<I>(c);
   return true;
 }
 
@@ -273,6 +285,7 @@ void host_worker(Core& c, std::size_t w) noexcept {
       // (a slow sample, a taken seat) instead of a wake each.
       [[maybe_unused]] bool filling = false;
       while (!c.cancelled() && !c.draining()) {
+        yield_to_backlog();
         std::optional<source_seat> held;
         if constexpr (Core::source_pulled) {
           if (pull != nullptr) {  // stage 1's threads may call the source: park while they do
@@ -303,6 +316,7 @@ void host_worker(Core& c, std::size_t w) noexcept {
       source_pull* pull = nullptr;
       if constexpr (I == 1 && Core::source_pulled) pull = c.pull();
       for (;;) {
+        yield_to_backlog();
         if constexpr (I == 1 && Core::source_pulled) {
           if (pull != nullptr) {
             const pulled r = pull_or_pop<I>(c, w, *pull);
