@@ -636,10 +636,10 @@ TEST_CASE("try_push can report full while a pop is half done; push() then succee
   CHECK(q.size() == 1);
 }
 
-// A push on a full ring first waits, while it spins, for a quarter of the ring
-// to free up (bounded_queue::room_ready). That patience must stay a
-// preference: one freed slot is enough for the push to complete, whether the
-// pop comes while it spins or after it has parked.
+// A push on a full ring first waits, while it spins, for the slot a quarter of
+// the ring ahead to free up (bounded_queue::room_ready). That patience must
+// stay a preference: one freed slot is enough for the push to complete,
+// whether the pop comes while it spins or after it has parked.
 TEST_CASE("a push blocked on a full ring takes the first slot a pop frees", "[bounded_queue][parking]") {
   watchdog wd("push takes one freed slot", 120s);
   for (const std::size_t cap : {std::size_t{4}, std::size_t{60}, std::size_t{1024}}) {

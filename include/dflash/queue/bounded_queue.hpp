@@ -332,32 +332,39 @@ class bounded_queue {
   // Whether the slot `ahead` places past this side's position has turned:
   // free for a push (turn 0), or holding an item for a pop (turn 1); also true
   // once another waiter of this side passed it, which a full attempt then
-  // sees. The spin polls this rather than attempting: a failed pop reads enq_
-  // (for drained and in-flight), and polling a word the other side CASes for
-  // every item takes its cache line away from it on each poll. With producer
-  // and consumer on different cores that cut 1P1C throughput to well under
-  // half; the slot's line changes hands once per item anyway.
-  bool turned(const std::atomic<std::uint64_t>& own, std::uint64_t turn,
-              std::uint64_t ahead = 0) const noexcept {
-    const std::uint64_t pos = (own.load(std::memory_order_relaxed) & pos_mask) + ahead;
+  // sees. The spin polls this rather than attempting: a failed attempt reads
+  // the other side's index word (a pop for drained and in-flight, a push for
+  // in-flight), the word that side CASes for every item, and so took its
+  // cache line away from it on each poll. With producer and consumer on
+  // different cores that cut 1P1C throughput to well under half; the slot's
+  // line changes hands once per item anyway.
+  bool turned(std::uint64_t own_word, std::uint64_t turn, std::uint64_t ahead = 0) const noexcept {
+    const std::uint64_t pos = (own_word & pos_mask) + ahead;
     return diff(at(pos).seq.load(std::memory_order_relaxed), 2 * pos + turn) >= 0;
   }
 
   // A push that found the ring full waits, for the first half of its spin,
-  // until a quarter of it is free rather than one slot: it then fills lines
-  // the consumer has left, where one slot at a time it would take back the
-  // line the consumer is working in, item after item (on different cores,
-  // 1P1C throughput more than doubles). The second half takes any room, so
-  // a slow consumer costs what it did. Pops take an item as soon as there is
-  // one: waiting for more would only add latency.
-  bool room_ready(bool patient) const noexcept { return turned(enq_, 0, patient ? cap_ / 4 : 0); }
+  // until the slot a quarter of the ring ahead is free, rather than the next
+  // one: it then fills lines the consumer has left, where one slot at a time
+  // it would take back the line the consumer is working in, item after item
+  // (on different cores, 1P1C throughput more than doubles). The second half
+  // takes any room, so a slow consumer adds at most half a spin. A closed
+  // queue ends the wait at once (enq_ carries the bit). Pops take an item as
+  // soon as there is one: waiting for more would only add latency, and deq_
+  // does not carry the closed bit, so a pop sees a close at its first yield.
+  bool room_ready(bool patient) const noexcept {
+    const std::uint64_t word = enq_.load(std::memory_order_relaxed);
+    return (word & closed_bit) != 0 || turned(word, 0, patient ? cap_ / 4 : 0);
+  }
+  bool item_ready() const noexcept { return turned(deq_.load(std::memory_order_relaxed), 1); }
 
   // Blocking paths. `attempt(locked, in_flight)` returns true when done
   // (success, closed, ...); otherwise it sets in_flight when the other side has
   // claimed the position we wait for. `ready(patient)` is the spin's cheap
-  // poll (turned()); `patient` holds for the first half of the spin. Spins a
-  // little, then parks on `cv` (advertised by `bit` in `word`) until
-  // `attempt` succeeds or the deadline passes. Returns false on timeout.
+  // poll (room_ready(), item_ready()); `patient` holds for the first half of
+  // the spin. Spins a little, then parks on `cv` (advertised by `bit` in
+  // `word`) until `attempt` succeeds or the deadline passes. Returns false on
+  // timeout.
   template <class Attempt, class Ready>
   bool wait_for(Attempt&& attempt, Ready&& ready, std::atomic<std::uint64_t>& word, std::uint64_t bit,
                 std::uint32_t& parked, std::condition_variable& cv, std::atomic<int>& spin,
@@ -447,7 +454,7 @@ class bounded_queue {
             in_flight = r.in_flight;
             return r.value.has_value() || r.drained;
           },
-          [this](bool) { return turned(deq_, 1); }, enq_, pop_parked_bit, parked_pop_, not_empty_, pop_spin_,
+          [this](bool) { return item_ready(); }, enq_, pop_parked_bit, parked_pop_, not_empty_, pop_spin_,
           deadline);
     }
     return std::move(r.value);
