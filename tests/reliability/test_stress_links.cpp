@@ -528,7 +528,9 @@ queue_scenario draw_queue(std::uint64_t seed, std::uint64_t index) {
   std::mt19937_64 r(seed * 0x9E3779B97F4A7C15ull + index + 0x51ED);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(r); };
   queue_scenario q{};
-  q.capacity = static_cast<std::size_t>(pick(1, 8));
+  // Mostly short rings, where waits park; a quarter of the draws deeper ones (any size, most not
+  // a power of two), where a push on a full ring spins for the slot a quarter of the ring ahead.
+  q.capacity = static_cast<std::size_t>(pick(0, 3) == 0 ? pick(9, 300) : pick(1, 8));
   q.producers = pick(1, 4);
   q.consumers = pick(1, 4);
   q.per_producer = pick(0, 2000);
