@@ -218,9 +218,7 @@ class pipeline_core {
       return helped<1> && !OwnThreadsOnlyStage<stage_type<0>> && requires(endpoint_type<0>& e) {
         { e.try_pop() } -> std::same_as<std::optional<item_type<0>>>;
         e.record_pop();
-        { e.size() } -> std::convertible_to<std::size_t>;
-        { e.capacity() } -> std::convertible_to<std::size_t>;
-      };
+      } && detail::fill_visible<endpoint_type<0>>;
   }();
   /// The source's seats and park where stage 1's threads call it; null elsewhere.
   [[nodiscard]] source_pull* pull() noexcept { return pull_.get(); }

@@ -98,6 +98,13 @@ inline constexpr bool is_one_of_threads =
     std::is_same_v<T, consumer_on_own_threads> || std::is_same_v<T, consumer_on_producer_threads>;
 template <class T>
 inline constexpr bool is_one_of_carries = std::is_same_v<T, carries_values> || std::is_same_v<T, carries_device_slots>;
+// An endpoint whose fill a thread can read (a queue link's ring). The pulled
+// source and the backlog yield (agents/) look at it; other endpoints are not asked.
+template <class E>
+concept fill_visible = requires(E& e) {
+  { e.size() } -> std::convertible_to<std::size_t>;
+  { e.capacity() } -> std::convertible_to<std::size_t>;
+};
 template <class T>
 struct is_fixed_string_value : std::false_type {};
 template <std::size_t N>

@@ -37,7 +37,6 @@
 // rules). The rows read as for a helped item.
 
 #include <chrono>
-#include <concepts>
 #include <cstddef>
 #include <exception>
 #include <optional>
@@ -137,10 +136,7 @@ inline thread_local bool backlog_seen = false;
 
 template <std::size_t I, class Core>
 void note_backlog(Core& c) {
-  if constexpr (requires(typename Core::template endpoint_type<I>& e) {
-                  { e.size() } -> std::convertible_to<std::size_t>;
-                  { e.capacity() } -> std::convertible_to<std::size_t>;
-                }) {
+  if constexpr (fill_visible<typename Core::template endpoint_type<I>>) {
     const auto& q = c.template link<I>();
     const std::size_t cap = q.capacity();
     if (cap > 2 && 2 * q.size() >= cap) backlog_seen = true;
