@@ -90,6 +90,24 @@ TEST_CASE("each submit is one gather, one copy and one event; unstaged submits s
   CHECK(h2.get<float>(0) == 2.0f);  // staging keeps the last gathered value
 }
 
+TEST_CASE("staging a slot again replaces its source", "[readback]") {
+  counting_backend::counters c;
+  batched_readback<counting_backend> rb(4, 2, counting_backend(c));
+  float old_loss = 1.0f, loss = 2.0f, acc = 0.5f;
+  rb.stage(1, &old_loss);
+  rb.stage(2, &acc);
+  for (int step = 0; step < 10; ++step) rb.stage(1, &loss);  // as a train loop stages each step
+  CHECK(rb.staged() == 2);
+  auto h = rb.submit();
+  CHECK(h.get<float>(1) == 2.0f);
+  CHECK(h.get<float>(2) == 0.5f);
+  rb.clear_staged();
+  CHECK(rb.staged() == 0);
+  rb.stage(2, &loss);  // cleared: a fresh source, not a replacement of a stale entry
+  CHECK(rb.staged() == 1);
+  CHECK(rb.submit().get<float>(2) == 2.0f);
+}
+
 TEST_CASE("depth bounds the in-flight submissions and stale handles throw", "[readback]") {
   counting_backend::counters c;
   batched_readback<counting_backend> rb(1, 2, counting_backend(c));

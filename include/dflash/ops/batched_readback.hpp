@@ -173,13 +173,26 @@ class batched_readback {
   }
 
   /// Gather *src into slot i at every later submit (until clear_staged()).
+  /// Staging slot i again replaces its source: a slot has one source, so a
+  /// loop that stages each step does not grow the gather, and the device's
+  /// gather (one thread per entry) never has two writers for one slot.
   template <ReadbackScalar T>
   void stage(std::size_t i, const T* src) {
     check_slot(i);
     detail::require(src != nullptr, "batched_readback::stage", "source pointer is null");
-    staged_.push_back({src, static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(sizeof(T))});
+    const readback_source s{src, static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(sizeof(T))};
+    if (staged_at_.empty()) staged_at_.assign(slots_, 0);
+    if (std::uint32_t& at = staged_at_[i]; at != 0) {
+      staged_[at - 1] = s;
+    } else {
+      staged_.push_back(s);
+      at = static_cast<std::uint32_t>(staged_.size());
+    }
   }
-  void clear_staged() noexcept { staged_.clear(); }
+  void clear_staged() noexcept {
+    for (const auto& s : staged_) staged_at_[s.slot] = 0;
+    staged_.clear();
+  }
   [[nodiscard]] std::size_t staged() const noexcept { return staged_.size(); }
 
   /// Enqueue gather + copy + event on `stream`; returns at once (after waiting
@@ -249,6 +262,7 @@ class batched_readback {
   std::byte* staging_ = nullptr;
   std::vector<entry> entries_;
   std::vector<readback_source> staged_;
+  std::vector<std::uint32_t> staged_at_;  // slot -> 1 + its index in staged_, 0: not staged
   std::size_t next_ = 0;
   std::uint64_t generation_ = 0;
 };
