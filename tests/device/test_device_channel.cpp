@@ -11,10 +11,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -355,4 +357,96 @@ TEST_CASE("device_channel: a depth no queue could hold is rejected as for bounde
                   std::invalid_argument);
   CHECK_THROWS_WITH((dflash::device_channel<slot, dflash::NullProfiler, "hs">(b, (std::size_t{1} << 61) + 1)),
                     Catch::Contains("'hs': capacity must be at most 2^61"));
+}
+
+namespace {
+// The host twin with a record or a wait that fails on demand, as a CUDA call
+// does when its device fails.
+struct flaky_backend : dflash::host_stream_backend {
+  int record_fails_in = 0, wait_fails_in = 0;  // n > 0: the n-th call from now throws
+  void record(event_type e, stream_type s) {
+    if (record_fails_in > 0 && --record_fails_in == 0) throw std::runtime_error("injected: record failed");
+    host_stream_backend::record(e, s);
+  }
+  void wait(stream_type s, event_type e) {
+    if (wait_fails_in > 0 && --wait_fails_in == 0) throw std::runtime_error("injected: wait failed");
+    host_stream_backend::wait(s, e);
+  }
+};
+struct flaky_item : dflash::device_item<flaky_backend> {
+  int v = 0;
+};
+}  // namespace
+
+TEST_CASE("device_channel: a CUDA call that throws in acquire, publish, pop or release loses no slot",
+          "[device][channel]") {
+  watchdog wd("channel slots after a failed call");
+  using FS = dflash::device_stream<flaky_backend>;
+  enum class at { acquire, publish, pop, release };
+  for (const at where : {at::acquire, at::publish, at::pop, at::release}) {
+    CAPTURE(static_cast<int>(where));
+    flaky_backend b;
+    auto sp = b.create_stream(), sc = b.create_stream();
+    const FS p(b, sp), c(b, sc);
+    {
+      constexpr std::size_t depth = 2;
+      dflash::device_channel<flaky_item> ch(b, depth);
+      for (std::size_t k = 0; k < depth; ++k) {  // each slot once round: acquire then waits on its reader
+        auto r = ch.acquire(p);
+        REQUIRE(r);
+        REQUIRE(ch.publish(std::move(*r), p));
+        auto q = ch.pop(c);
+        REQUIRE(q);
+        ch.release(std::move(*q), c);
+      }
+      switch (where) {
+        case at::acquire:
+          b.wait_fails_in = 1;
+          CHECK_THROWS_WITH(ch.acquire(p), Catch::Contains("injected"));
+          break;
+        case at::publish: {
+          auto r = ch.acquire(p);
+          REQUIRE(r);
+          b.record_fails_in = 1;
+          CHECK_THROWS_WITH(ch.publish(std::move(*r), p), Catch::Contains("injected"));
+          break;
+        }
+        case at::pop: {
+          auto r = ch.acquire(p);
+          REQUIRE(r);
+          REQUIRE(ch.publish(std::move(*r), p));
+          b.wait_fails_in = 1;
+          CHECK_THROWS_WITH(ch.pop(c), Catch::Contains("injected"));
+          break;
+        }
+        case at::release: {
+          auto r = ch.acquire(p);
+          REQUIRE(r);
+          REQUIRE(ch.publish(std::move(*r), p));
+          auto q = ch.pop(c);
+          REQUIRE(q);
+          b.record_fails_in = 1;
+          CHECK_THROWS_WITH(ch.release(std::move(*q), c), Catch::Contains("injected"));
+          break;
+        }
+      }
+      // Every slot can still be acquired; a lost one would block the last acquire.
+      std::vector<std::optional<dflash::device_channel<flaky_item>::slot_ref>> held;
+      for (std::size_t k = 0; k < depth; ++k) {
+        auto got = std::async(std::launch::async, [&] { return ch.acquire(p); });
+        if (got.wait_for(2s) != std::future_status::ready) {
+          ch.cancel();  // unblocks it
+          FAIL_CHECK("slot " << k << " of " << depth << " cannot be acquired: the failed call lost it");
+        }
+        held.push_back(got.get());
+        if (!held.back()) break;
+      }
+      for (auto& r : held)
+        if (r) ch.abandon(std::move(*r), p);
+    }
+    b.synchronize(sp);
+    b.synchronize(sc);
+    b.destroy_stream(sp);
+    b.destroy_stream(sc);
+  }
 }

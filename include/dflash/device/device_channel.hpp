@@ -148,7 +148,14 @@ class device_channel {
       return std::nullopt;
     }
     slot& sl = slots_[*i];
-    if (sl.consumed_at >= 0) b_.wait(s.native(), sl.ev[static_cast<std::size_t>(sl.consumed_at)].consumed);
+    if (sl.consumed_at >= 0) {
+      try {
+        b_.wait(s.native(), sl.ev[static_cast<std::size_t>(sl.consumed_at)].consumed);
+      } catch (...) {
+        (void)free_.push(*i);  // untouched: its last reader's marker still guards it
+        throw;
+      }
+    }
     return slot_ref(&sl, *i, &sl.item);
   }
 
@@ -158,9 +165,14 @@ class device_channel {
   bool publish(slot_ref&& r, const stream_type& s) {
     const std::size_t i = take(r);
     slot& sl = slots_[i];
-    const std::size_t e = events_of(sl, s.device());
-    b_.record(sl.ev[e].ready, s.native());
-    sl.ready_at = static_cast<int>(e);
+    try {
+      const std::size_t e = events_of(sl, s.device());
+      b_.record(sl.ev[e].ready, s.native());
+      sl.ready_at = static_cast<int>(e);
+    } catch (...) {
+      give_back(i, s);  // not published; the stream's error is the one reported
+      throw;
+    }
     // A blocking push: only K handles exist, so the ready list always has room,
     // but try_push can still see "full" while a consumer's pop of the slot
     // before it is half done; push() waits those few instructions out.
@@ -193,14 +205,13 @@ class device_channel {
       return std::nullopt;
     }
     slot& sl = slots_[*i];
-    const int from = sl.ready_at >= 0 ? sl.ev[static_cast<std::size_t>(sl.ready_at)].device : s.device();
-    if (!drop_this_wait()) b_.wait(s.native(), sl.ev[static_cast<std::size_t>(sl.ready_at)].ready);
-    if (from == s.device()) return slot_ref(&sl, *i, &sl.item);
     try {
-      if (reachable(s.device(), from)) return slot_ref(&sl, *i, &sl.item);
+      const int from = sl.ready_at >= 0 ? sl.ev[static_cast<std::size_t>(sl.ready_at)].device : s.device();
+      if (!drop_this_wait()) b_.wait(s.native(), sl.ev[static_cast<std::size_t>(sl.ready_at)].ready);
+      if (from == s.device() || reachable(s.device(), from)) return slot_ref(&sl, *i, &sl.item);
       return slot_ref(&sl, *i, &mirror(sl, from, s));
     } catch (...) {
-      recycle(*i, s);  // the slot goes back; the consumer reports the error
+      give_back(*i, s);  // the item is dropped, the slot goes back; the consumer reports the error
       throw;
     }
   }
@@ -234,12 +245,27 @@ class device_channel {
   // last used it: whoever acquires it next waits for that work, whatever
   // stream it runs on. A blocking push for the reason publish() gives; it
   // fails only after cancel(), when no one acquires again.
+  // If s cannot take the marker (its device failed), the slot still goes back
+  // with the marker it had, and the error is thrown: a failed call costs one
+  // error, never a slot that every later acquire would wait for in vain.
   void recycle(std::size_t i, const stream_type& s) {
     slot& sl = slots_[i];
-    const std::size_t e = events_of(sl, s.device());
-    b_.record(sl.ev[e].consumed, s.native());
-    sl.consumed_at = static_cast<int>(e);
+    try {
+      const std::size_t e = events_of(sl, s.device());
+      b_.record(sl.ev[e].consumed, s.native());
+      sl.consumed_at = static_cast<int>(e);
+    } catch (...) {
+      (void)free_.push(i);
+      throw;
+    }
     (void)free_.push(i);
+  }
+  // recycle() on a path that is already throwing: the first error is the one reported.
+  void give_back(std::size_t i, const stream_type& s) noexcept {
+    try {
+      recycle(i, s);
+    } catch (...) {
+    }
   }
   // The slot's event pair of device d, made on first use (on d: a record
   // needs an event of its stream's device). Only the slot's holder calls it.
