@@ -2,6 +2,7 @@
 // another thread, in order; waits order streams; errors are sticky.
 #include <catch2/catch.hpp>
 #include <dflash/device/device_stream.hpp>
+#include <dflash/device/gpu_timer.hpp>
 #include <dflash/device/host_stream_backend.hpp>
 
 #include "watchdog.hpp"
@@ -185,4 +186,39 @@ TEST_CASE("host twin: the stream's thread is labelled after the thread that enqu
   worker.join();
   CHECK(seen == "postprocess#0 work (host twin)");
   b.destroy_stream(s);
+}
+
+namespace {
+// The host twin counting live events, with an event creation that fails on demand.
+struct event_counting_backend : dflash::host_stream_backend {
+  int live = 0;
+  int create_fails_in = 0;  // n > 0: the n-th create_event from now throws
+  event_type create_event(bool timing) {
+    if (create_fails_in > 0 && --create_fails_in == 0) throw std::runtime_error("injected: out of events");
+    ++live;
+    return host_stream_backend::create_event(timing);
+  }
+  void destroy_event(event_type e) noexcept {
+    --live;
+    host_stream_backend::destroy_event(e);
+  }
+};
+}  // namespace
+
+TEST_CASE("gpu_timer: an event pair that cannot be completed leaks neither event", "[device][timer]") {
+  for (int fail_at : {1, 2}) {  // the pair's first or its second event
+    CAPTURE(fail_at);
+    event_counting_backend b;
+    auto st = b.create_stream();
+    {
+      dflash::detail::gpu_timer<event_counting_backend> t(b);
+      b.create_fails_in = fail_at;
+      CHECK_THROWS_WITH(t.start(st), Catch::Contains("injected"));
+      t.start(st);  // the next start makes its pair
+      t.stop(st);
+      b.synchronize(st);
+    }
+    CHECK(b.live == 0);
+    b.destroy_stream(st);
+  }
 }

@@ -70,7 +70,15 @@ class gpu_timer {
     if (free_.empty()) {
       all_.reserve(all_.size() + 1);
       free_.reserve(all_.size() + 1);
-      all_.emplace_back(b_.create_event(true), b_.create_event(true));
+      const event a = b_.create_event(true);
+      event z{};
+      try {
+        z = b_.create_event(true);
+      } catch (...) {
+        b_.destroy_event(a);  // not in all_ yet: the destructor would not see it
+        throw;
+      }
+      all_.emplace_back(a, z);
       free_.push_back(all_.back());
     }
     cur_ = free_.back();
