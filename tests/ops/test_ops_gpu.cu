@@ -221,6 +221,12 @@ TEST_CASE("gpu batched read-back: one copy brings slots and staged scalars", "[g
   bool all = true;
   for (std::size_t i = 0; i < 99; ++i) all = all && h.get<std::int32_t>(i + 1) == counts[i];
   CHECK(all);
+  // Staging a slot again replaces its source: slot 1 reads the last one, whole (two
+  // sources in one gather would race byte by byte).
+  rb.stage(1, d_counts.p + 98);
+  const auto h2 = rb.submit(st.s);
+  CHECK(rb.staged() == 99);
+  CHECK(h2.get<std::int32_t>(1) == counts[98]);
   // The host twin gives the same values through the same API.
   host_batched_readback hb(2);
   *hb.slot<float>(0) = 2.5f;
@@ -381,6 +387,25 @@ TEST_CASE("busy queries leave no error behind; a failed launch is reported once"
   CHECK(cudaPeekAtLastError() == cudaSuccess);
   CHECK_NOTHROW(cb.check(s));  // busy is not an error
   CHECK(cudaPeekAtLastError() == cudaSuccess);
+
+  // A caller's own busy query may leave cudaErrorNotReady behind; the ops that run CUB
+  // (which checks cudaPeekAtLastError after its launches) must not report it as theirs.
+  busy_for<<<1, 1, 0, s>>>(200000000ull);
+  if (cudaStreamQuery(s) == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) {
+    dbuf<std::int32_t> len(ivec{2, 1}), cu(ivec{0, 0, 0}), doc(ivec{0, 0, 0}), pos(ivec{0, 0, 0});
+    dbuf<std::byte> t1(gpu::cu_seqlens_temp_bytes(2));
+    CHECK_NOTHROW(gpu::cu_seqlens(len.p, 2, cu.p, t1.p, gpu::cu_seqlens_temp_bytes(2), s));
+    (void)cudaStreamQuery(s);
+    dbuf<std::byte> t2(gpu::doc_ids_temp_bytes(2, 3));
+    CHECK_NOTHROW(gpu::doc_ids(len.p, 2, doc.p, pos.p, 3, t2.p, gpu::doc_ids_temp_bytes(2, 3), s));
+    cb.synchronize(s);
+    CHECK(cu.get() == ivec{0, 2, 3});
+    CHECK(doc.get() == ivec{0, 0, 1});
+  } else {
+    WARN("this runtime kept no cudaErrorNotReady after a busy cudaStreamQuery: nothing to check");
+    cb.synchronize(s);
+  }
+  (void)cudaGetLastError();
 
   busy_for<<<1, 2048, 0, s>>>(0);  // more threads per block than allowed: the launch fails (not sticky)
   CHECK_THROWS_WITH(cb.check(s), Catch::Matchers::Contains("launch"));

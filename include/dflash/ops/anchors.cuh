@@ -83,25 +83,27 @@ __global__ void __launch_bounds__(Threads)
   const std::int32_t b = static_cast<std::int32_t>(blockIdx.x);
   const std::size_t row = static_cast<std::size_t>(b) * static_cast<std::size_t>(seq);
   const std::int32_t take = num_anchors < seq ? num_anchors : seq;
-  for (std::int32_t j = static_cast<std::int32_t>(threadIdx.x); j < take; j += Threads)
-    if (t.keys_out[row + j] != anchor_no_key) t.chosen[row + static_cast<std::size_t>(t.pos_out[row + j])] = 1;
+  for (std::int64_t j = threadIdx.x; j < take; j += Threads) {  // 64-bit: j + Threads may pass INT32_MAX
+    const std::size_t at = row + static_cast<std::size_t>(j);
+    if (t.keys_out[at] != anchor_no_key) t.chosen[row + static_cast<std::size_t>(t.pos_out[at])] = 1;
+  }
   __syncthreads();  // marks (global memory) visible to the whole block
   std::int32_t* out = anchors + static_cast<std::size_t>(b) * num_anchors;
   std::uint8_t* kp = keep + static_cast<std::size_t>(b) * num_anchors;
   std::int32_t n = 0;
-  for (std::int32_t base = 0; base < seq; base += Threads) {
-    const std::int32_t p = base + static_cast<std::int32_t>(threadIdx.x);
-    const int f = p < seq ? t.chosen[row + p] : 0;
+  for (std::int64_t base = 0; base < seq; base += Threads) {  // 64-bit: base + Threads may pass INT32_MAX
+    const std::int64_t p = base + threadIdx.x;
+    const int f = p < seq ? t.chosen[row + static_cast<std::size_t>(p)] : 0;
     int rank = 0, agg = 0;
     scan(tmp).ExclusiveSum(f, rank, agg);
     if (f) {
-      out[n + rank] = p;
+      out[n + rank] = static_cast<std::int32_t>(p);  // p < seq
       kp[n + rank] = 1;
     }
     n += agg;
     __syncthreads();
   }
-  for (std::int32_t j = n + static_cast<std::int32_t>(threadIdx.x); j < num_anchors; j += Threads) {
+  for (std::int64_t j = std::int64_t{n} + threadIdx.x; j < num_anchors; j += Threads) {  // 64-bit, as above
     out[j] = 0;
     kp[j] = 0;
   }

@@ -84,6 +84,7 @@ void doc_ids(const std::int32_t* d_lengths, std::int32_t n_docs, std::int32_t* d
   detail::check_temp(d_temp, temp_bytes, need, op);
   auto t = detail::carve_doc_ids(d_temp, n_docs, n_tokens);
   std::size_t cub_bytes = t.cub_bytes;
+  dflash::detail::forget_not_ready();  // CUB checks the last error after its launch: a caller's "busy" is not it
   detail::check(cub::DeviceScan::ExclusiveSum(t.cub, cub_bytes, d_lengths, t.offsets, n_docs, stream),
                 "doc_ids: ExclusiveSum");
   // pos doubles as the marker array the max-scan reads: no extra buffer.

@@ -115,6 +115,7 @@ inline void cu_seqlens(const std::int32_t* d_lengths, std::int32_t batch, std::i
   if (batch == 0) return;
   detail::check_temp(d_temp, temp_bytes, need, op);
   std::size_t bytes = temp_bytes;
+  dflash::detail::forget_not_ready();  // CUB checks the last error after its launch: a caller's "busy" is not it
   detail::check(cub::DeviceScan::InclusiveSum(d_temp, bytes, d_lengths, d_cu + 1, batch, stream), "cu_seqlens: scan");
 }
 

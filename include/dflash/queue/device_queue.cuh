@@ -35,6 +35,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dflash/detail/cuda_check.hpp"
@@ -153,6 +154,10 @@ struct device_queue_view {
 /// consumer spins, or set CUDA_MODULE_LOADING=EAGER.
 template <class T>
 class device_queue {
+  // Slots are raw device memory written and read by plain copies on the device.
+  static_assert(std::is_trivially_copyable_v<T>,
+                "dflash::device_queue<T>: T must be trivially copyable (its slots are raw device memory)");
+
  public:
   /// Throws std::invalid_argument for capacity 0 or > ring_control::max_capacity,
   /// std::length_error when the ring's bytes overflow std::size_t (both before
@@ -176,6 +181,8 @@ class device_queue {
   }
   device_queue(const device_queue&) = delete;
   device_queue& operator=(const device_queue&) = delete;
+  /// No kernel may still use a view() when the queue is destroyed: cudaFree
+  /// need not wait for work in flight (synchronize the streams that use it first).
   ~device_queue() { free_all(); }
 
   [[nodiscard]] device_queue_view<T> view() const noexcept { return {ring_control(header_, seq_, cap_), data_}; }
@@ -361,7 +368,10 @@ class stream_token {
     stream_token t;
     t.ev_ = detail::token_event_pool::instance().acquire(device);
     t.device_ = device;  // from here t owns the event, also if the record throws
-    detail::cuda_check(cudaEventRecord(t.ev_, producer), "dflash::stream_token: cudaEventRecord");
+    // The event is made on the current device, and CUDA records an event only
+    // on a stream of its device: a failure here names that precondition.
+    detail::cuda_check(cudaEventRecord(t.ev_, producer),
+                       "dflash::stream_token: cudaEventRecord (is `producer` a stream of the current device?)");
     return t;
   }
   stream_token(stream_token&& o) noexcept : ev_(o.ev_), device_(o.device_) { o.ev_ = nullptr; }
