@@ -824,6 +824,43 @@ int driven(int argc, char** argv) {
 // send completed (take_sent) and closes; the consumer gives every item back
 // (recycle), so the vectors it receives into come from a few allocations, not
 // one per item. Contents and order are checked item by item.
+// close() while another thread's send() waits for a credit: that send throws,
+// never returns as if its item went (FIN may be out before it, and the item
+// would reach a consumer that has ended).
+int close_while_sending(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  dflash::mpi::mpi_link<tick, "close_race", 1> link(job, {0}, {1});
+  dflash::NullProfiler np;
+  if (dflash_test::this_rank == 0) {
+    link.send(tick{0, 0, tick_check(0, 0)}, np);  // takes the only credit
+    std::atomic<int> outcome{0};                  // 1: returned, 2: threw logic_error
+    std::thread blocked([&] {
+      try {
+        link.send(tick{0, 1, tick_check(0, 1)}, np);  // waits: the consumer takes nothing for 300 ms
+        outcome = 1;
+      } catch (const std::logic_error&) {
+        outcome = 2;
+      }
+    });
+    std::this_thread::sleep_for(100ms);
+    link.close();
+    blocked.join();
+    RANK_CHECK(outcome == 2);
+  } else {
+    std::this_thread::sleep_for(300ms);
+    int got = 0;
+    while (auto t = link.receive(np)) {
+      RANK_CHECK(t->seq == got && t->check == tick_check(0, t->seq));
+      ++got;
+    }
+    RANK_CHECK(got == 1);  // the one send() that returned
+  }
+  RANK_CHECK(job.finish().ok);
+  return failures;
+}
+
 int reuse(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   dflash_test::this_rank = job.rank();
@@ -1537,6 +1574,7 @@ int main(int argc, char** argv) {
     if (mode == "all_matched") return all_matched(argc, argv);
     if (mode == "lock_mpi") return lock_mpi(argc, argv);
     if (mode == "reuse") return reuse(argc, argv);
+    if (mode == "close_while_sending") return close_while_sending(argc, argv);
     if (mode == "stress") return stress(argc, argv);
     if (mode == "oversize") return oversize(argc, argv);
     if (mode == "layout_mismatch") return layout_mismatch(argc, argv);

@@ -211,6 +211,94 @@ int placement_error(int argc, char** argv) {
   return failures == 0 ? 0 : 1;
 }
 
+// Items that leave a rank and come back (source and sink on rank 0, the middle
+// stage on rank 1) would wait on each other at the end: every rank rejects the
+// placement when the pipeline is built, naming it.
+int round_trip(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  using there_and_back = dflash::Pipeline<dflash::NullProfiler, numbers, dflash::mpi::net_link<"there", 3>, square,
+                                          dflash::mpi::net_link<"back", 3>, collect>;
+  auto shape = there_and_back::default_shape();
+  shape.ranks[0] = {0};
+  shape.ranks[1] = {1};
+  shape.ranks[2] = {0};
+  shape.rank = job.rank();
+  bool threw = false;
+  try {
+    there_and_back p(shape, numbers{job.rank(), 0}, square{}, collect{nullptr});
+    p.stop();
+  } catch (const std::invalid_argument& e) {
+    threw = std::string(e.what()).find("rank 0 runs stages 0 and 2 but not stage 1 between them") != std::string::npos;
+    if (!threw) std::fprintf(stderr, "rank %d: unexpected message: %s\n", dflash_test::this_rank, e.what());
+  }
+  RANK_CHECK(threw);
+  RANK_CHECK(job.finish().ok);
+  return failures == 0 ? 0 : 1;
+}
+
+// Rank 0 fails while rank 1 is still setting up: rank 1's net_link, made after
+// the STOP arrived, is stopped when it is made, so its run ends (no hang) and
+// both ranks learn why.
+// With `first` false, rank 1 builds and runs at once and rank 0 fails 200 ms
+// later, never having made its side of the link: rank 1's finish() must not
+// wait for rank 0 to match messages of a link it never made.
+int stop_before_build(int argc, char** argv, bool first) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  if (job.rank() == 0) {
+    if (!first) std::this_thread::sleep_for(200ms);
+    job.fail("setup failed on purpose");
+  } else {
+    while (first && !job.stopped()) std::this_thread::sleep_for(1ms);  // rank 0's STOP has arrived
+    using pipe = net_pipeline<dflash::NullProfiler>;
+    auto shape = pipe::default_shape();
+    place(shape, job.rank(), job.size());
+    std::vector<tick> got;
+    {
+      pipe p(shape, numbers{job.rank(), 0}, square{}, collect{&got});
+      (void)job.run(p);  // returns: the consumer's link was stopped (when it was made, or by the STOP)
+    }
+    RANK_CHECK(got.empty());
+  }
+  const auto res = job.finish();
+  RANK_CHECK(!res.ok);
+  if (job.rank() == 0) RANK_CHECK(res.error.find("setup failed on purpose") != std::string::npos);
+  return failures == 0 ? 0 : 1;
+}
+
+// Two runs in one job, each over its own net_link: the second link is told
+// this rank's end when the second run ends, so its consumer ends too.
+int two_runs(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  using first = net_pipeline<dflash::NullProfiler>;
+  using second = dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"in", 4>,
+                                  dflash::workers<square, 2>, dflash::mpi::net_link<"net_again", 3>, collect>;
+  std::vector<tick> got1, got2;
+  {
+    auto shape = first::default_shape();
+    place(shape, job.rank(), job.size());
+    first p(shape, numbers{job.rank(), 0}, square{}, collect{&got1});
+    RANK_CHECK(job.run(p));
+  }
+  {
+    auto shape = second::default_shape();
+    place(shape, job.rank(), job.size());
+    second p(shape, numbers{job.rank(), 0}, square{}, collect{&got2});
+    RANK_CHECK(job.run(p));
+  }
+  RANK_CHECK(job.finish().ok);
+  const bool consumer = job.rank() == job.size() - 1;
+  const std::size_t expect = consumer ? static_cast<std::size_t>((job.size() - 1) * items_per_rank) : 0;
+  RANK_CHECK(got1.size() == expect);
+  RANK_CHECK(got2.size() == expect);
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 template <>
@@ -229,11 +317,16 @@ int main(int argc, char** argv) {
     if (mode == "device") return exactly_once<device_net_pipeline, collect_boxed>(argc, argv, false);
     if (mode == "throw_consumer") return exactly_once<net_pipeline>(argc, argv, true);
     if (mode == "placement") return placement_error(argc, argv);
+    if (mode == "round_trip") return round_trip(argc, argv);
+    if (mode == "stop_before_build") return stop_before_build(argc, argv, true);
+    if (mode == "peer_never_built") return stop_before_build(argc, argv, false);
+    if (mode == "two_runs") return two_runs(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", dflash_test::this_rank, e.what());
     return 1;
   }
-  std::fprintf(stderr, "test_net_link: unknown mode '%s' (exactly_once, device, throw_consumer, placement)\n",
+  std::fprintf(stderr, "test_net_link: unknown mode '%s' (exactly_once, device, throw_consumer, placement, "
+               "round_trip, stop_before_build, peer_never_built, two_runs)\n",
                mode.c_str());
   return 2;
 }

@@ -218,7 +218,7 @@ class job {
       return false;
     }
     if (cancelled) stop_all();
-    else finish_sending_.store(true, std::memory_order_release);
+    else runs_ended_.fetch_add(1, std::memory_order_acq_rel);
     return true;
   }
 
@@ -314,12 +314,17 @@ class job {
   };
   /// The job co-owns every link's MPI state (a link destroyed before finish()
   /// leaves it to the job, which completes its requests).
+  /// A link made after a STOP is stopped at once (its blocked calls would
+  /// otherwise wait for a stop that was already delivered); one made after a
+  /// run() ended is told this rank's end (FIN) when the next run() ends.
   void attach(std::shared_ptr<channel> c) {
     std::lock_guard lk(ch_m_);
     for (const auto& o : channels_)
-      if (o->tag_base() == c->tag_base())
+      if (o.link->tag_base() == c->tag_base())
         throw std::invalid_argument("dflash::mpi: two links with the same tags (same name twice, or a hash clash)");
-    channels_.push_back(std::move(c));
+    channels_.push_back({std::move(c), runs_ended_.load(std::memory_order_acquire)});
+    // enter_stop() sets stopped_ before it takes ch_m_: it sees this link, or this sees stopped_.
+    if (stopped_.load(std::memory_order_acquire)) channels_.back().link->on_stop();
   }
   /// A link's handle is going away. Before start() or after finish() its state
   /// is dropped. While the job runs the job keeps driving it to the end; if
@@ -328,8 +333,14 @@ class job {
   void release(const channel* c, std::string_view link_name) noexcept {
     const bool running = thread_.joinable() && !finish_requested_.load(std::memory_order_acquire);
     if (running) {
-      if (!finish_sending_.load(std::memory_order_acquire) && !stopped_.load(std::memory_order_acquire) &&
-          !stop_requested_.load(std::memory_order_acquire)) {
+      bool ended = false;  // the run this link belongs to has ended normally
+      try {
+        std::lock_guard lk(ch_m_);
+        for (const auto& o : channels_)
+          if (o.link.get() == c) ended = runs_ended_.load(std::memory_order_acquire) > o.run;
+      } catch (...) {
+      }
+      if (!ended && !stopped_.load(std::memory_order_acquire) && !stop_requested_.load(std::memory_order_acquire)) {
         try {
           fail(std::string("dflash::mpi::mpi_link \"") + std::string(link_name) +
                "\" destroyed before this rank's pipeline ended and before finish() (an exception left its "
@@ -342,7 +353,7 @@ class job {
     }
     if (thread_.joinable() && !finished_) return;  // finishing: the progress thread still completes it
     std::lock_guard lk(ch_m_);
-    std::erase_if(channels_, [c](const auto& o) { return o.get() == c; });
+    std::erase_if(channels_, [c](const auto& o) { return o.link.get() == c; });
   }
   static constexpr int tag_links = dflash::mpi::tag_links;  ///< links' tags start here
 
@@ -454,7 +465,7 @@ class job {
   void enter_stop() {
     if (stopped_.exchange(true, std::memory_order_acq_rel)) return;
     std::lock_guard lk(ch_m_);
-    for (const auto& c : channels_) c->on_stop();
+    for (const auto& c : channels_) c.link->on_stop();
     std::lock_guard hk(hook_m_);
     if (stop_hook_) stop_hook_();
   }
@@ -464,7 +475,6 @@ class job {
   struct loop_state {
     clock::time_point next_report;
     bool stop_sent = false;   // STOP went to every other rank
-    bool links_told = false;  // links were told this rank's pipeline ended (FIN)
     bool final_sent = false;  // this rank's FINAL is out (rank 0: recorded)
     int finals = 0;           // rank 0: FINALs recorded, its own included
     bool bye_sent = false;    // rank 0
@@ -500,7 +510,7 @@ class job {
   bool in_flight() {
     if (!owned_.empty()) return true;
     std::lock_guard lk(ch_m_);
-    return std::any_of(channels_.begin(), channels_.end(), [](const auto& c) { return c->in_flight(); });
+    return std::any_of(channels_.begin(), channels_.end(), [](const auto& c) { return c.link->in_flight(); });
   }
 
   // 1. STOP from another rank.
@@ -532,24 +542,31 @@ class job {
     enter_stop();
     return true;
   }
-  // 3. The links' sends and receives, and FIN once this rank's pipeline ended.
-  bool drive_links(loop_state& s) {
+  // 3. The links' sends and receives, and FIN once the run a link belongs to
+  // ended normally (the first run() that ends after the link was made), or at
+  // finish() for a link no run ended (a rank that had nothing to run): a
+  // link told nothing would leave its consumers waiting for FIN forever.
+  bool drive_links(loop_state&) {
     bool busy = false;
     {
       std::lock_guard lk(ch_m_);
-      if (!s.links_told && finish_sending_.load(std::memory_order_acquire)) {
-        for (const auto& c : channels_)
-          if (c->finish_sending()) stop_requested_.store(true, std::memory_order_release);
-        s.links_told = true;
-      }
-      for (const auto& c : channels_) busy |= c->progress();
+      const std::uint64_t ended = runs_ended_.load(std::memory_order_acquire);
+      const bool finishing = finish_requested_.load(std::memory_order_acquire) &&
+                             !stop_requested_.load(std::memory_order_acquire) &&
+                             !stopped_.load(std::memory_order_acquire);
+      for (auto& c : channels_)
+        if (!c.told && (ended > c.run || finishing)) {
+          c.told = true;
+          if (c.link->finish_sending()) stop_requested_.store(true, std::memory_order_release);
+        }
+      for (const auto& c : channels_) busy |= c.link->progress();
     }
     return owned_.complete() || busy;
   }
   // Every rank said FINAL: the links' posted receives can go.
   void retire_links() {
     std::lock_guard lk(ch_m_);
-    for (const auto& c : channels_) c->retire();
+    for (const auto& c : channels_) c.link->retire();
   }
   // 4. Periodic snapshots: rank 0 reports its own and the latest of the others.
   bool send_periodic_report(loop_state& s) {
@@ -601,7 +618,7 @@ class job {
     {
       std::lock_guard lk(ch_m_);
       for (const auto& c : channels_)
-        if (!c->quiescent()) return false;
+        if (!c.link->quiescent()) return false;
     }
     std::string err;
     {
@@ -685,8 +702,15 @@ class job {
   std::mutex window_m_;
   int window_users_ = 0;  // run() / finish() calls in progress
 
+  // A link and the run it belongs to: it is told this rank's end (FIN) once
+  // runs_ended_ passes `run`, the normal ends counted when it was attached.
+  struct attached {
+    std::shared_ptr<channel> link;
+    std::uint64_t run = 0;
+    bool told = false;  // progress thread only
+  };
   std::mutex ch_m_;
-  std::vector<std::shared_ptr<channel>> channels_;
+  std::vector<attached> channels_;
   // Held by whichever thread makes the job's MPI calls after start(): the
   // progress thread for a pass, or a stage thread in drive().
   std::mutex mpi_m_;
@@ -701,7 +725,8 @@ class job {
 
   std::mutex state_m_;
   std::string error_;
-  std::atomic<bool> stop_requested_{false}, stopped_{false}, finish_sending_{false}, finish_requested_{false};
+  std::atomic<bool> stop_requested_{false}, stopped_{false}, finish_requested_{false};
+  std::atomic<std::uint64_t> runs_ended_{0};  // run() calls whose pipeline ended normally
   std::atomic<std::uint64_t> periodic_{0}, passes_{0};
 
   progress_waker waker_;

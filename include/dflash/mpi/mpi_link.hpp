@@ -132,6 +132,8 @@ class link_core final : public channel {
     const auto n = static_cast<std::size_t>(j.size());
     outstanding_.assign(consumers_.size(), 0);
     buffered_.assign(n, 0);
+    unsync_headers_to_.assign(n, 0);
+    unsync_credits_to_.assign(n, 0);
     waiting_.assign(n, 0);
     credit_due_.assign(n, 0);
     stats_.taken_from.assign(n, 0);
@@ -156,6 +158,9 @@ class link_core final : public channel {
       --blocked_senders_;
     }
     if (stopped_) throw pipeline_stop{};
+    // A close() while this send waited for a credit: FIN may be out already, and
+    // an item after it would reach a consumer that has ended.
+    if (closing_) throw std::logic_error(link_name() + ": send() after close() (close() was called while it waited)");
     ++in_flight_;
     outbox_.push_back(std::move(item));
     // With a header in flight the item waits to join the next batch (whoever
@@ -262,9 +267,14 @@ class link_core final : public channel {
     if (!streams_closed_) {
       streams_closed_ = true;
       MPI_Comm c = job_.comm();
-      // headers: FIN (an MPI_Issend after the last batch) already ended them
+      // headers: FIN (an MPI_Issend after the last batch) already ended them.
+      // A marker only where unsynchronised messages went: a peer rank that never
+      // made the link (it failed first) never matches one, and nothing of ours
+      // is left unmatched there anyway.
       if (producer_ && !fin_sent_)
-        for (int dest : consumers_) credits_out_.post({std::byte{sync_marker}}, dest, tag_header, c);
+        for (int dest : consumers_)
+          if (unsync_headers_to_[static_cast<std::size_t>(dest)])
+            credits_out_.post({std::byte{sync_marker}}, dest, tag_header, c);
       if (consumer_)
         for (int r : producers_) {
           std::uint64_t n = 0;
@@ -273,7 +283,7 @@ class link_core final : public channel {
             n = std::exchange(credit_due_[static_cast<std::size_t>(r)], 0);
             count_credits(static_cast<std::size_t>(r), n);  // what is still owed goes with the closing marker
           }
-          credits_out_.post_copy(&n, sizeof n, r, tag_credit, c);
+          if (n > 0 || unsync_credits_to_[static_cast<std::size_t>(r)]) credits_out_.post_copy(&n, sizeof n, r, tag_credit, c);
         }
     }
     credits_out_.complete();
@@ -509,8 +519,10 @@ class link_core final : public channel {
     const int hn = static_cast<int>(s.header.size());
     if (streams_closed_)  // after the closing marker every send must be matched before FINAL
       check(MPI_Issend(s.header.data(), hn, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Issend");
-    else
+    else {
       check(MPI_Isend(s.header.data(), hn, MPI_BYTE, dest, tag_header, c, &s.reqs[0]), "MPI_Isend");
+      unsync_headers_to_[static_cast<std::size_t>(dest)] = 1;
+    }
     for (std::size_t b = 0; b < s.bufs.size(); ++b)
       check(MPI_Issend(s.bufs[b].data, static_cast<int>(s.bufs[b].bytes), MPI_BYTE, dest, tag_buffer, c,
                        &s.reqs[1 + b]),
@@ -812,6 +824,7 @@ class link_core final : public channel {
     for (auto [r, n] : due) {
       credits_out_.post_copy(&n, sizeof n, r, tag_credit, c,
                              streams_closed_ ? owned_sends::mode::synchronous : owned_sends::mode::unsynchronised);
+      if (!streams_closed_) unsync_credits_to_[static_cast<std::size_t>(r)] = 1;
       busy = true;
     }
     busy |= credits_out_.complete();
@@ -843,6 +856,7 @@ class link_core final : public channel {
 
   // with the job's MPI lock held only
   std::list<send_rec> sends_, free_sends_;  // posted; completed, kept for their memory
+  std::vector<char> unsync_headers_to_, unsync_credits_to_;  // per rank: an MPI_Isend went there (quiescent())
   std::vector<std::byte> item_header_;      // post_batches' scratch
   std::vector<wire_buffer> item_bufs_;
   std::list<recv_rec> recvs_;
