@@ -820,47 +820,52 @@ int driven(int argc, char** argv) {
   return failures;
 }
 
-// Reuse and close without a pipeline: the producer refills the items whose
-// send completed (take_sent) and closes; the consumer gives every item back
-// (recycle), so the vectors it receives into come from a few allocations, not
-// one per item. Contents and order are checked item by item.
 // close() while another thread's send() waits for a credit: that send throws,
 // never returns as if its item went (FIN may be out before it, and the item
-// would reach a consumer that has ended).
+// would reach a consumer that has ended). The consumer takes nothing (so no
+// credit comes back) until a token on a second link says close() was called.
 int close_while_sending(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   dflash_test::this_rank = job.rank();
   job.start();
   dflash::mpi::mpi_link<tick, "close_race", 1> link(job, {0}, {1});
+  dflash::mpi::mpi_link<tick, "closed_now", 1> token(job, {0}, {1});
   dflash::NullProfiler np;
   if (dflash_test::this_rank == 0) {
     link.send(tick{0, 0, tick_check(0, 0)}, np);  // takes the only credit
     std::atomic<int> outcome{0};                  // 1: returned, 2: threw logic_error
     std::thread blocked([&] {
       try {
-        link.send(tick{0, 1, tick_check(0, 1)}, np);  // waits: the consumer takes nothing for 300 ms
+        link.send(tick{0, 1, tick_check(0, 1)}, np);  // waits for the credit of item 0
         outcome = 1;
       } catch (const std::logic_error&) {
         outcome = 2;
       }
     });
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(100ms);  // most likely waiting by now (if not, it throws at once: also right)
     link.close();
+    token.send(tick{0, 0, tick_check(0, 0)}, np);
+    token.close();
     blocked.join();
     RANK_CHECK(outcome == 2);
   } else {
-    std::this_thread::sleep_for(300ms);
+    RANK_CHECK(token.receive(np).has_value());  // close() was called
     int got = 0;
     while (auto t = link.receive(np)) {
       RANK_CHECK(t->seq == got && t->check == tick_check(0, t->seq));
       ++got;
     }
     RANK_CHECK(got == 1);  // the one send() that returned
+    RANK_CHECK(!token.receive(np).has_value());
   }
   RANK_CHECK(job.finish().ok);
   return failures;
 }
 
+// Reuse and close without a pipeline: the producer refills the items whose
+// send completed (take_sent) and closes; the consumer gives every item back
+// (recycle), so the vectors it receives into come from a few allocations, not
+// one per item. Contents and order are checked item by item.
 int reuse(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   dflash_test::this_rank = job.rank();

@@ -315,8 +315,9 @@ class job {
   /// The job co-owns every link's MPI state (a link destroyed before finish()
   /// leaves it to the job, which completes its requests).
   /// A link made after a STOP is stopped at once (its blocked calls would
-  /// otherwise wait for a stop that was already delivered); one made after a
-  /// run() ended is told this rank's end (FIN) when the next run() ends.
+  /// otherwise wait for a stop that was already delivered). A link is told
+  /// this rank's end (FIN) when the first run() that ends after it was made
+  /// ends: build each pipeline after the previous run() returned.
   void attach(std::shared_ptr<channel> c) {
     std::lock_guard lk(ch_m_);
     for (const auto& o : channels_)
@@ -543,19 +544,15 @@ class job {
     return true;
   }
   // 3. The links' sends and receives, and FIN once the run a link belongs to
-  // ended normally (the first run() that ends after the link was made), or at
-  // finish() for a link no run ended (a rank that had nothing to run): a
-  // link told nothing would leave its consumers waiting for FIN forever.
+  // ended normally: the first run() that ends after the link was made (so a
+  // pipeline is built after the previous run() returned).
   bool drive_links(loop_state&) {
     bool busy = false;
     {
       std::lock_guard lk(ch_m_);
       const std::uint64_t ended = runs_ended_.load(std::memory_order_acquire);
-      const bool finishing = finish_requested_.load(std::memory_order_acquire) &&
-                             !stop_requested_.load(std::memory_order_acquire) &&
-                             !stopped_.load(std::memory_order_acquire);
       for (auto& c : channels_)
-        if (!c.told && (ended > c.run || finishing)) {
+        if (!c.told && ended > c.run) {
           c.told = true;
           if (c.link->finish_sending()) stop_requested_.store(true, std::memory_order_release);
         }
