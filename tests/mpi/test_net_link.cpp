@@ -238,28 +238,35 @@ int round_trip(int argc, char** argv) {
   return failures == 0 ? 0 : 1;
 }
 
-// Rank 0 fails while rank 1 is still setting up: rank 1's net_link, made after
-// the STOP arrived, is stopped when it is made, so its run ends (no hang) and
-// both ranks learn why.
-// With `first` false, rank 1 builds and runs at once and rank 0 fails 200 ms
-// later, never having made its side of the link: rank 1's finish() must not
-// wait for rank 0 to match messages of a link it never made.
-int stop_before_build(int argc, char** argv, bool first) {
+// One rank fails while setting up, before it makes its side of the link; the
+// other ends with the first one's error, never waiting for it:
+//  stop_before_build  rank 0 fails; rank 1 builds once the STOP arrived (its
+//                     link is stopped when it is made)
+//  peer_never_built   rank 1 (the consumer) builds and runs at once; rank 0
+//                     fails 200 ms later (rank 1 must not wait at finish() for
+//                     rank 0 to match messages of a link it never made)
+//  consumer_never_built  rank 0 (the producer) builds, runs and sends on its
+//                     first credits; rank 1 fails 200 ms later (its job drops
+//                     those messages, so rank 0's sends complete)
+enum class late_failure { stop_before_build, peer_never_built, consumer_never_built };
+int one_rank_fails_early(int argc, char** argv, late_failure how) {
   dflash::mpi::job job(argc, argv);
   dflash_test::this_rank = job.rank();
   job.start();
-  if (job.rank() == 0) {
-    if (!first) std::this_thread::sleep_for(200ms);
+  const int failing = how == late_failure::consumer_never_built ? 1 : 0;
+  if (job.rank() == failing) {
+    if (how != late_failure::stop_before_build) std::this_thread::sleep_for(200ms);
     job.fail("setup failed on purpose");
   } else {
-    while (first && !job.stopped()) std::this_thread::sleep_for(1ms);  // rank 0's STOP has arrived
+    if (how == late_failure::stop_before_build)
+      while (!job.stopped()) std::this_thread::sleep_for(1ms);  // rank 0's STOP has arrived
     using pipe = net_pipeline<dflash::NullProfiler>;
     auto shape = pipe::default_shape();
     place(shape, job.rank(), job.size());
     std::vector<tick> got;
     {
       pipe p(shape, numbers{job.rank(), 0}, square{}, collect{&got});
-      (void)job.run(p);  // returns: the consumer's link was stopped (when it was made, or by the STOP)
+      (void)job.run(p);  // returns: the link was stopped (when it was made, or by the STOP)
     }
     RANK_CHECK(got.empty());
   }
@@ -318,15 +325,17 @@ int main(int argc, char** argv) {
     if (mode == "throw_consumer") return exactly_once<net_pipeline>(argc, argv, true);
     if (mode == "placement") return placement_error(argc, argv);
     if (mode == "round_trip") return round_trip(argc, argv);
-    if (mode == "stop_before_build") return stop_before_build(argc, argv, true);
-    if (mode == "peer_never_built") return stop_before_build(argc, argv, false);
+    if (mode == "stop_before_build") return one_rank_fails_early(argc, argv, late_failure::stop_before_build);
+    if (mode == "peer_never_built") return one_rank_fails_early(argc, argv, late_failure::peer_never_built);
+    if (mode == "consumer_never_built")
+      return one_rank_fails_early(argc, argv, late_failure::consumer_never_built);
     if (mode == "two_runs") return two_runs(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", dflash_test::this_rank, e.what());
     return 1;
   }
   std::fprintf(stderr, "test_net_link: unknown mode '%s' (exactly_once, device, throw_consumer, placement, "
-               "round_trip, stop_before_build, peer_never_built, two_runs)\n",
+               "round_trip, stop_before_build, peer_never_built, consumer_never_built, two_runs)\n",
                mode.c_str());
   return 2;
 }

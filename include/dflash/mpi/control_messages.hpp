@@ -23,6 +23,8 @@
 namespace dflash::mpi {
 
 inline constexpr int tag_stop = 1, tag_profile = 2, tag_final = 3, tag_bye = 4, tag_clock = 5, tag_links = 100;
+/// A link uses three tags from tag_links + 3 * (its name's hash % link_tag_slots).
+inline constexpr int link_tag_slots = 8000;
 
 struct stop_message {
   std::uint8_t unused = 0;  // MPI messages may be empty, but a STOP is never confused with one

@@ -63,6 +63,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -491,6 +492,7 @@ class job {
         busy = receive_stops();
         busy |= send_stop(s);
         busy |= drive_links(s);
+        busy |= drop_orphans();
         busy |= send_periodic_report(s);
         if (rank() == 0) busy |= receive_reports();
         busy |= send_final(s);
@@ -559,6 +561,36 @@ class job {
       for (const auto& c : channels_) busy |= c.link->progress();
     }
     return owned_.complete() || busy;
+  }
+  // 3b. Stopped and finishing: a message on a link tag that no link of this
+  // rank owns is for a link this rank never made (it failed before building
+  // its pipeline, while a producer elsewhere had sent on its first credits).
+  // Nothing else would ever match it, and the sender could not say FINAL
+  // until it matched; so it is received and dropped. One probe per source and
+  // pass: the next message from that source in MPI's order, dropped while it
+  // is an orphan (a job message or an owned link's is left to its receiver).
+  bool drop_orphans() {
+    if (!stopped_.load(std::memory_order_acquire) || !finish_requested_.load(std::memory_order_acquire)) return false;
+    std::lock_guard lk(ch_m_);
+    bool any = false;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        check(MPI_Iprobe(r, MPI_ANY_TAG, comm(), &flag, &st), "MPI_Iprobe");
+        if (!flag || st.MPI_TAG < tag_links) break;
+        const int base = st.MPI_TAG - (st.MPI_TAG - tag_links) % 3;
+        if (std::any_of(channels_.begin(), channels_.end(), [base](const auto& c) { return c.link->tag_base() == base; }))
+          break;
+        int n = 0;
+        check(MPI_Get_count(&st, MPI_BYTE, &n), "MPI_Get_count");
+        orphan_.resize(static_cast<std::size_t>(n));
+        check(MPI_Recv(orphan_.data(), n, MPI_BYTE, r, st.MPI_TAG, comm(), MPI_STATUS_IGNORE), "MPI_Recv");
+        any = true;
+      }
+    }
+    return any;
   }
   // Every rank said FINAL: the links' posted receives can go.
   void retire_links() {
@@ -715,6 +747,7 @@ class job {
   std::atomic<int> drivers_{0};   // stage threads in a driver_scope
   std::uint64_t drives_ = 0;      // guarded by mpi_m_: drive() calls since the progress thread's last pass
   owned_sends owned_;  // with mpi_m_ held
+  std::vector<std::byte> orphan_;  // progress thread: drop_orphans' scratch
 
   std::mutex hook_m_;
   std::function<bool()> cancelled_hook_;
