@@ -23,8 +23,11 @@
 namespace dflash::mpi {
 
 inline constexpr int tag_stop = 1, tag_profile = 2, tag_final = 3, tag_bye = 4, tag_clock = 5, tag_links = 100;
-/// A link uses three tags from tag_links + 3 * (its name's hash % link_tag_slots).
-inline constexpr int link_tag_slots = 8000;
+/// A link uses tags_per_link tags from tag_links + tags_per_link * (its name's
+/// hash % link_tag_slots): its header, buffer and credit messages.
+inline constexpr int link_tag_slots = 8000, tags_per_link = 3;
+/// The first tag of the link that `tag` (>= tag_links) belongs to.
+constexpr int link_tag_base(int tag) noexcept { return tag - (tag - tag_links) % tags_per_link; }
 
 struct stop_message {
   std::uint8_t unused = 0;  // MPI messages may be empty, but a STOP is never confused with one

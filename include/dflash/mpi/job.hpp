@@ -335,11 +335,11 @@ class job {
   void release(const channel* c, std::string_view link_name) noexcept {
     const bool running = thread_.joinable() && !finish_requested_.load(std::memory_order_acquire);
     if (running) {
-      bool ended = false;  // the run this link belongs to has ended normally
+      bool ended = false;
       try {
         std::lock_guard lk(ch_m_);
         for (const auto& o : channels_)
-          if (o.link.get() == c) ended = runs_ended_.load(std::memory_order_acquire) > o.run;
+          if (o.link.get() == c) ended = run_ended(o);
       } catch (...) {
       }
       if (!ended && !stopped_.load(std::memory_order_acquire) && !stop_requested_.load(std::memory_order_acquire)) {
@@ -491,7 +491,7 @@ class job {
         std::lock_guard mpi(mpi_m_);  // a stage thread driving its link waits for the pass (drive())
         busy = receive_stops();
         busy |= send_stop(s);
-        busy |= drive_links(s);
+        busy |= drive_links();
         busy |= drop_orphans();
         busy |= send_periodic_report(s);
         if (rank() == 0) busy |= receive_reports();
@@ -548,13 +548,12 @@ class job {
   // 3. The links' sends and receives, and FIN once the run a link belongs to
   // ended normally: the first run() that ends after the link was made (so a
   // pipeline is built after the previous run() returned).
-  bool drive_links(loop_state&) {
+  bool drive_links() {
     bool busy = false;
     {
       std::lock_guard lk(ch_m_);
-      const std::uint64_t ended = runs_ended_.load(std::memory_order_acquire);
       for (auto& c : channels_)
-        if (!c.told && ended > c.run) {
+        if (!c.told && run_ended(c)) {
           c.told = true;
           if (c.link->finish_sending()) stop_requested_.store(true, std::memory_order_release);
         }
@@ -580,7 +579,7 @@ class job {
         MPI_Status st;
         check(MPI_Iprobe(r, MPI_ANY_TAG, comm(), &flag, &st), "MPI_Iprobe");
         if (!flag || st.MPI_TAG < tag_links) break;
-        const int base = st.MPI_TAG - (st.MPI_TAG - tag_links) % 3;
+        const int base = link_tag_base(st.MPI_TAG);
         if (std::any_of(channels_.begin(), channels_.end(), [base](const auto& c) { return c.link->tag_base() == base; }))
           break;
         int n = 0;
@@ -738,6 +737,10 @@ class job {
     std::uint64_t run = 0;
     bool told = false;  // progress thread only
   };
+  // The run `a` belongs to has ended normally.
+  [[nodiscard]] bool run_ended(const attached& a) const noexcept {
+    return runs_ended_.load(std::memory_order_acquire) > a.run;
+  }
   std::mutex ch_m_;
   std::vector<attached> channels_;
   // Held by whichever thread makes the job's MPI calls after start(): the

@@ -302,7 +302,8 @@ class link_core final : public channel {
       }
   }
 
-  static constexpr int tag_base_ = job::tag_links + 3 * static_cast<int>(key_set_hash(std::array{Name.view()}) % link_tag_slots);
+  static constexpr int tag_base_ =
+      tag_links + tags_per_link * static_cast<int>(key_set_hash(std::array{Name.view()}) % link_tag_slots);
 
  private:
   static constexpr int tag_header = tag_base_, tag_buffer = tag_base_ + 1, tag_credit = tag_base_ + 2;

@@ -178,11 +178,13 @@ struct shape_facts {
   std::span<const bool> crosses_processes;      ///< per link
 };
 
-/// Stage i of `f` runs in this process (pipeline_shape::here over plain data).
-inline bool runs_here(const shape_facts& f, std::size_t i) noexcept {
+/// Stage i of `f` runs on `rank` (an empty list: on every process).
+inline bool runs_on(const shape_facts& f, std::size_t i, int rank) noexcept {
   const auto& r = f.ranks[i];
-  return r.empty() || std::find(r.begin(), r.end(), f.rank) != r.end();
+  return r.empty() || std::find(r.begin(), r.end(), rank) != r.end();
 }
+/// Stage i of `f` runs in this process (pipeline_shape::here over plain data).
+inline bool runs_here(const shape_facts& f, std::size_t i) noexcept { return runs_on(f, i, f.rank); }
 
 /// Workers, depths and placement of any topology; std::invalid_argument with the fix otherwise.
 inline void check_shape_facts(const shape_facts& f) {
@@ -220,14 +222,11 @@ inline void check_placement_facts(const shape_facts& f) {
   for (const auto& r : f.ranks) listed.insert(listed.end(), r.begin(), r.end());
   listed.push_back(f.rank);  // also when in no list: it runs the stages placed on every process
   for (const int r : listed) {
-    const auto on = [&](std::size_t i) {
-      return f.ranks[i].empty() || std::find(f.ranks[i].begin(), f.ranks[i].end(), r) != f.ranks[i].end();
-    };
     std::size_t first = f.ranks.size(), last = 0;
     for (std::size_t i = 0; i < f.ranks.size(); ++i)
-      if (on(i)) first = std::min(first, i), last = i;
+      if (runs_on(f, i, r)) first = std::min(first, i), last = i;
     for (std::size_t i = first; i < last; ++i)
-      if (!on(i))
+      if (!runs_on(f, i, r))
         throw std::invalid_argument(
             "dflash::Pipeline: rank " + std::to_string(r) + " runs stages " + n(first) + " and " + n(last) + " but not stage " + n(i) +
             " between them (shape.ranks): items would leave it and come back, and a net_link ends only when its "
