@@ -5,7 +5,8 @@
 # and no network):
 #
 #   scripts/gpu-bundle.sh OUT [CUDA_ARCH=90]     # here
-#   OUT/run.sh LOGDIR                            # there; LOGDIR/summary.txt
+#   OUT/run.sh LOGDIR [ARCHIVE]                  # there; LOGDIR/summary.txt,
+#                                                # every log packed into ARCHIVE
 #
 # OUT holds:
 #   bin/      every test labelled "gpu" (ctest -L '^gpu$'; new GPU tests land here
@@ -28,7 +29,9 @@
 # exactly the runtime they were compiled with, whatever 13.x is installed there,
 # and test_cuda_event_profiler_gpu needs one shared runtime for its two TUs.
 # Every binary's RUNPATH is $ORIGIN/../lib only, so no LD_LIBRARY_PATH is
-# needed (it would leak into compute-sanitizer and nvidia-smi). The script
+# needed (it would leak into compute-sanitizer and nvidia-smi, and a folder on
+# it that holds another libcudart would win over RUNPATH's: run.sh clears an
+# inherited one). The script
 # checks with ldd that every binary needs nothing outside lib/ but glibc
 # (libcuda.so.1, the driver, is loaded by cudart at run time), records the
 # glibc version the bundle needs (run.sh checks it), prints the size and fails
@@ -38,7 +41,9 @@
 # link it dynamically (a defined cublas* symbol in a binary fails the script),
 # the example's binaries must be among them, cublas.txt names them, and run.sh
 # finds libcublas.so.13 / libcublasLt.so.13 on that machine (the nvidia-cublas
-# python package) and puts their folder on those programs' LD_LIBRARY_PATH.
+# python package: nvidia/cu13/lib for CUDA 13 wheels) and puts a folder of links
+# to those two files alone (not their folder: a wheel's lib folder holds its own
+# libcudart) on those programs' LD_LIBRARY_PATH.
 # What only cuBLAS itself loads (libcublasLt, its libgcc_s) comes with it there.
 #
 # DFLASH_BUNDLE_BUILD_DIR (default build/gpu-bundle), DFLASH_BUNDLE_JOBS (2);
@@ -98,19 +103,21 @@ cmake --build "$build" --parallel "$jobs" --target "${targets[@]}" >"$build.buil
   { tail -n 60 "$build.build.log"; die "build failed (log: $build.build.log)"; }
 
 # The tests: every ctest test labelled "gpu", with its arguments, one line
-# each: name, program (absolute), arguments (shell-quoted). Each must run a
-# program built above, or the bundle would miss it.
+# each: name, program (absolute), the sanitizer tools its program declares
+# (dflash_add_gpu_test), arguments (shell-quoted, last: they may be empty).
+# Each must run a program built above, or the bundle would miss it.
 tests_tsv=$(mktemp)
 trap 'rm -f "$tests_tsv"' EXIT
 ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 | python3 -c '
 import json, shlex, sys
-built = {line.split("\t")[1].strip() for line in open(sys.argv[1]) if line.strip()}
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]
+tools = {r[1].strip(): (r[2].strip() if len(r) > 2 else "") or "memcheck initcheck" for r in rows}
 for t in json.load(sys.stdin)["tests"]:
     cmd = t.get("command") or []
-    if not cmd or cmd[0] not in built:
+    if not cmd or cmd[0] not in tools:
         sys.exit("gpu-bundle: test %s (label gpu) does not run a program of dflash_add_gpu_test: %s"
                  % (t["name"], cmd[:1] or "no program built"))
-    print("\t".join([t["name"], cmd[0], shlex.join(cmd[1:])]))
+    print("\t".join([t["name"], cmd[0], tools[cmd[0]], shlex.join(cmd[1:])]))
 ' "$build/dflash-gpu-tests.txt" >"$tests_tsv" || die "cannot list the GPU tests"
 [[ -s $tests_tsv ]] || die "no test labelled gpu in $build"
 mapfile -t test_exes < <(cut -f2 "$tests_tsv" | sort -u)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Reads the Google Benchmark JSON files of one run.sh run and prints one line
-per benchmark, "STATUS<TAB>NAME<TAB>FIGURES", where bandwidth benchmarks
+per benchmark, "STATUS<TAB>NAME<TAB>FIGURES": FIGURES for what a benchmark
+measured (a benchmark has no threshold, so it never "passes"), FAIL for a
+benchmark that errored or a bandwidth with nothing to compare it with. Bandwidth benchmarks
 (a bytes_per_second counter) are given as a fraction of the device-to-device
 copy bandwidth measured in the same run (the benchmark named BM_d2d*, taken
 from the same file when it has one). Exit 1 when a benchmark reported an
@@ -52,14 +54,14 @@ def main(paths):
             t = f"{b.get('real_time', 0):.1f} {b.get('time_unit', '')}/iter"
             bw = b.get("bytes_per_second")
             if bw and name.startswith("BM_d2d"):
-                print(f"PASS\t{name}\t{t}, {gbs(bw)} = the D2D copy reference")
+                print(f"FIGURES\t{name}\t{t}, {gbs(bw)} = the D2D copy reference")
             elif bw and ref:
-                print(f"PASS\t{name}\t{t}, {gbs(bw)} = {bw / ref:.2f} of D2D copy ({gbs(ref)})")
+                print(f"FIGURES\t{name}\t{t}, {gbs(bw)} = {bw / ref:.2f} of D2D copy ({gbs(ref)})")
             elif bw:
                 print(f"FAIL\t{name}\t{t}, {gbs(bw)}, no D2D reference to compare with")
                 failed = True
             else:
-                print(f"PASS\t{name}\t{t} (latency: no byte count)")
+                print(f"FIGURES\t{name}\t{t} (latency: no byte count)")
     return 1 if failed else 0
 
 

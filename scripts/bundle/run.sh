@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Runs the dflash GPU bundle (made by scripts/gpu-bundle.sh) on a GPU machine:
 #
-#   run.sh LOGDIR
+#   run.sh LOGDIR [ARCHIVE]
 #
 # Steps, each under `timeout`, the whole run within DFLASH_BUNDLE_BUDGET_S
-# (default 280 s; a step that no longer fits is reported SKIP, which fails the
-# run):
+# (default 270 s), of which the last DFLASH_BUNDLE_SANITIZER_BUDGET_S (default
+# 100 s) are kept for step 5 whatever steps 1-4 take (a step that no longer
+# fits is reported SKIP, which fails the run):
 #   1. device line (nvidia-smi) and dflash_gpu_probe: runtime, driver, devices,
 #      one checked kernel;
 #   2. every GPU test (tests.tsv) in strict mode, DFLASH_REQUIRE_GPU=1: no
-#      device is a failure, never a skip;
+#      device is a failure, never a skip. A test that needs more devices than
+#      this machine has (dflash_add_gpu_test MIN_DEVICES N, on a one-GPU
+#      machine) is N/A: not applicable here, named, counted apart, not run
+#      under the sanitizers, and neither a pass nor a failure;
 #   3. the example, both binaries: --device cuda and --device cpu, 300 steps,
 #      seed 7, --results files compared by compare_results.py --across-backends
 #      (the cuda run's target forward is cuBLAS's: every integer field of every
@@ -21,34 +25,77 @@
 #      torch on cuda, the host twins (bin/dflash_ops_driver) against torch on
 #      the CPU; integers exactly, floats within the script's stated tolerances;
 #      no torch importable: SKIP ("skipped: torch not importable");
-#   4. every GPU benchmark; bandwidths as fractions of the device-to-device
-#      copy measured in the same run (bench_fractions.py);
-#   5. compute-sanitizer memcheck, racecheck, synccheck and initcheck on every
-#      GPU test, in parallel (DFLASH_BUNDLE_SANITIZER_JOBS, default 6). A tool
-#      is UNSUPPORTED on this runtime when it fails on the clean probe; then its
-#      test runs are not counted as failures (nor as passes).
-# cuBLAS is not carried (too large): the programs listed in cublas.txt (made
-# by gpu-bundle.sh) load libcublas.so.13 / libcublasLt.so.13 from this
-# machine, found at run time in the nvidia-cublas python package (python3 -c
-# 'import nvidia.cublas'), else under python's site-packages, else through
-# ldconfig; that folder goes on LD_LIBRARY_PATH for those programs only. The
-# summary's "cuBLAS:" line names the file used, or says none was found; then
+#   4. every GPU benchmark: a "figures" line each (bandwidths as fractions of
+#      the device-to-device copy measured in the same run, bench_fractions.py),
+#      never a PASS; a benchmark that errors or exits non-zero is a FAIL;
+#   5. compute-sanitizer, in parallel (DFLASH_BUNDLE_SANITIZER_JOBS, default
+#      6): memcheck and initcheck on every applicable GPU test, racecheck and
+#      synccheck on those whose kernels use shared memory (tests.tsv's fourth
+#      column, from dflash_add_gpu_test SHARED_MEMORY). The [concurrent] cases
+#      (two kernels resident at once, each spin bounded on the device) run
+#      apart, under memcheck only; if the tool serialises them the bounded
+#      spin runs out, and that is reported UNSUPPORTED with the kernel's words.
+#      The [device_wide] cases (they read device-wide free memory, which the
+#      other sanitizer jobs change) run in step 2 only. A tool is UNSUPPORTED on
+#      this runtime when it fails on the clean probe; then its test runs are
+#      not counted as failures (nor as passes).
+# Environment: an inherited LD_LIBRARY_PATH is cleared (the binaries find
+# their libraries through RUNPATH, lib/). cuBLAS is not carried (too large):
+# the programs listed in cublas.txt (made by gpu-bundle.sh) load
+# libcublas.so.13 / libcublasLt.so.13 from this machine, found at run time in
+# the CUDA 13 wheel layout (site-packages/nvidia/cu13/lib, python3 'import
+# nvidia.cu13'), else the older per-library layout (nvidia/cublas/lib), else
+# any libcublas.so.13 under site-packages, else through ldconfig. A folder of
+# symbolic links to those two files only (never the folder itself, which holds
+# its own libcudart) goes on LD_LIBRARY_PATH, for those programs only. The
+# summary's "cuBLAS:" line names the files used, or says none was found; then
 # each of those programs is a FAIL saying so, without being run.
 # LOGDIR/summary.txt: the device line, then one line per step,
-#   PASS | FAIL | UNSUPPORTED | SKIP   step   figures or reason
-# a "skipped for time:" line naming every step the budget left out, and a last
-# RESULT line. Every step's output is in LOGDIR too.
-# Exit 0 only when every step passed (UNSUPPORTED allowed); no device: exit 1.
+#   PASS | FAIL | UNSUPPORTED | SKIP | N/A   step   figures or reason
+# "figures" lines, a "skipped for time:" line naming every step the budget left
+# out, and a last RESULT line. Every step's output is in LOGDIR too; at the end
+# LOGDIR is packed into ARCHIVE (default LOGDIR.tar.gz: give a path under the
+# device tool's $OUT, where only a few files come back) and the summary is
+# printed again, last.
+# Exit 0 only when every step passed (UNSUPPORTED and N/A allowed); no device: exit 1.
 set -uo pipefail
-[[ $# -eq 1 ]] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
+[[ $# -eq 1 || $# -eq 2 ]] || { echo "usage: $0 LOGDIR [ARCHIVE]" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$1" || exit 2
 logs=$(cd "$1" && pwd)
+archive=${2:-$logs.tar.gz}
+[[ $archive == /* ]] || archive=$PWD/$archive
 summary=$logs/summary.txt
 : >"$summary"
-budget=${DFLASH_BUNDLE_BUDGET_S:-280}
+budget=${DFLASH_BUNDLE_BUDGET_S:-270}
+sanitizer_budget=${DFLASH_BUNDLE_SANITIZER_BUDGET_S:-100}
 sanitizer_jobs=${DFLASH_BUNDLE_SANITIZER_JOBS:-6}
+((sanitizer_budget < budget)) || { echo "run.sh: DFLASH_BUNDLE_SANITIZER_BUDGET_S ($sanitizer_budget) must be below DFLASH_BUNDLE_BUDGET_S ($budget)" >&2; exit 2; }
 t0=$SECONDS
+# The binaries find their libraries through RUNPATH; an inherited search path
+# would put another runtime before the one they were built with.
+inherited_ld=${LD_LIBRARY_PATH:-}
+unset LD_LIBRARY_PATH
+scratch=$(mktemp -d)
+# Every exit packs the logs and prints the summary last: a failed step's
+# cause comes back with the archive, and the summary is the tail of the output.
+pack_and_print() {
+  rm -rf "$scratch"
+  mkdir -p "$(dirname "$archive")" 2>/dev/null
+  # (tar exits 1 when a file changed while it read it: a killed job's last
+  # words; the archive is still whole.)
+  tar -czf "$archive" --warning=no-file-changed -C "$(dirname "$logs")" "$(basename "$logs")" 2>"$scratch.tar-err"
+  local rc=$?
+  if ((rc <= 1)) && [[ -s $archive ]]; then
+    echo "run.sh: logs packed into $archive"
+  else
+    echo "run.sh: could not pack $logs into $archive (tar exit $rc: $(head -c 300 "$scratch.tar-err"))" >&2
+  fi
+  rm -f "$scratch.tar-err"
+  echo "==== summary ($summary) ===="
+  cat "$summary"
+}
+trap pack_and_print EXIT
 export DFLASH_REQUIRE_GPU=1
 # CUDA 13 loads a kernel lazily, at its first launch, and loading can wait for
 # the device to be idle: a kernel first launched while another kernel spins
@@ -59,7 +106,7 @@ export DFLASH_REQUIRE_GPU=1
 eager_tests=" test_device_queue "
 cd "$here" || exit 2
 
-n_pass=0 n_fail=0 n_unsup=0 n_skip=0
+n_pass=0 n_fail=0 n_unsup=0 n_skip=0 n_na=0
 emit() { printf '%s\n' "$*" | tee -a "$summary"; }
 result() {  # STATUS STEP FIGURES
   printf '%-11s %-46s %s\n' "$1" "$2" "$3" | tee -a "$summary"
@@ -67,14 +114,19 @@ result() {  # STATUS STEP FIGURES
     PASS) n_pass=$((n_pass + 1)) ;;
     FAIL) n_fail=$((n_fail + 1)) ;;
     UNSUPPORTED) n_unsup=$((n_unsup + 1)) ;;
+    N/A) n_na=$((n_na + 1)) ;;
     *) n_skip=$((n_skip + 1)) ;;
   esac
 }
 # Seconds a step may take: at most WANT, and what is left of the budget (0:
-# nothing left, the step must be reported SKIP). Call it right before the step
-# starts, never before a wait: the time spent waiting is no longer left.
+# nothing left, the step must be reported SKIP); steps 1-4 leave the sanitizer
+# step its own share (in_sanitizers=1 lifts that). Call it right before the
+# step starts, never before a wait: the time spent waiting is no longer left.
+in_sanitizers=0
 limit() {
-  local left=$((budget - (SECONDS - t0) - 5))
+  local end=$((budget - sanitizer_budget))
+  ((in_sanitizers)) && end=$budget
+  local left=$((end - (SECONDS - t0) - 5))
   ((left > $1)) && left=$1
   ((left < 10)) && left=0
   echo "$left"
@@ -107,7 +159,8 @@ if [[ -n $smi ]]; then
 else
   emit "device: no CUDA device (nvidia-smi not found)"
 fi
-emit "bundle: $(sed -n '2,3p' MANIFEST 2>/dev/null | paste -sd '|' - | sed 's/|/; /g'); log: $logs; budget ${budget} s"
+emit "bundle: $(sed -n '2,3p' MANIFEST 2>/dev/null | paste -sd '|' - | sed 's/|/; /g'); log: $logs; budget ${budget} s, ${sanitizer_budget} s of it for the sanitizers"
+[[ -n $inherited_ld ]] && emit "environment: inherited LD_LIBRARY_PATH=$inherited_ld cleared (the binaries use their RUNPATH)"
 # The bundle was linked against the build machine's glibc: say so plainly if
 # this one is older (every program would fail to load).
 need=$(sed -n 's/^needs glibc >= \([0-9.]*\).*/\1/p' MANIFEST 2>/dev/null)
@@ -117,24 +170,33 @@ if [[ -n $need && -n $have ]] && [[ $(printf '%s\n%s\n' "$need" "$have" | sort -
 fi
 
 # ---- cuBLAS, for the programs linked with it ---------------------------------------
-cublas_dir="" cublas_how=""
+cublas_dir="" cublas_how="" cublas_file=""
+# Where a wheel puts libcublas.so.13: CUDA 13 wheels share one folder,
+# nvidia/cu13/lib; CUDA 12 wheels had one per library, nvidia/cublas/lib (a
+# 13.x there is taken too). Only a folder that holds libcublas.so.13 counts.
 find_cublas() {
   local py d f
   py=$(command -v python3 || true)
   if [[ -n $py ]]; then
-    d=$("$py" -c 'import os, nvidia.cublas as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
-    if [[ -n $d && -f $d/libcublas.so.13 ]]; then
-      cublas_dir=$d cublas_how="python package nvidia.cublas"
-      return
-    fi
-    while IFS= read -r d; do
-      [[ -n $d && -d $d ]] || continue
-      f=$(find "$d" -maxdepth 4 -path '*/nvidia/cublas/lib/libcublas.so.13' 2>/dev/null | head -n 1)
-      if [[ -n $f ]]; then
-        cublas_dir=$(dirname "$f") cublas_how="found under $d"
+    for m in nvidia.cu13 nvidia.cublas; do
+      d=$("$py" -c "import os, $m as m; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null)
+      if [[ -n $d && -f $d/libcublas.so.13 ]]; then
+        cublas_dir=$d cublas_how="python package $m"
         return
       fi
-    done < <("$py" -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null)
+    done
+    local sp=()
+    mapfile -t sp < <("$py" -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null)
+    for pattern in '*/nvidia/cu13/lib/libcublas.so.13' '*/nvidia/cublas/lib/libcublas.so.13' '*/libcublas.so.13'; do
+      for d in "${sp[@]}"; do
+        [[ -n $d && -d $d ]] || continue
+        f=$(find "$d" -maxdepth 5 -path "$pattern" 2>/dev/null | sort | head -n 1)
+        if [[ -n $f ]]; then
+          cublas_dir=$(dirname "$f") cublas_how="found under $d"
+          return
+        fi
+      done
+    done
   fi
   if command -v ldconfig >/dev/null; then
     f=$(ldconfig -p 2>/dev/null | awk '$1 == "libcublas.so.13" { print $NF; exit }')
@@ -148,9 +210,10 @@ needs_cublas() {  # EXE (bin/NAME)
   for e in "${cublas_users[@]}"; do [[ $e == "$1" ]] && return 0; done
   return 1
 }
-# `env` assignments for EXE: cuBLAS's folder first on LD_LIBRARY_PATH, for its users only.
+# `env` assignments for EXE: the folder of links to cuBLAS's two files, for its users only.
+cublas_links=$scratch/cublas-lib
 run_env() {
-  if needs_cublas "$1" && [[ -n $cublas_dir ]]; then echo "LD_LIBRARY_PATH=$cublas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+  if needs_cublas "$1" && [[ -n $cublas_dir ]]; then echo "LD_LIBRARY_PATH=$cublas_links"; fi
 }
 no_cublas="needs libcublas.so.13, not found on this machine (see the cuBLAS line): not run"
 ((${#cublas_users[@]} > 0)) && find_cublas
@@ -160,9 +223,13 @@ elif [[ -n $cublas_dir && ! -f $cublas_dir/libcublasLt.so.13 ]]; then
   emit "cuBLAS: $cublas_dir/libcublas.so.13 ($cublas_how) has no libcublasLt.so.13 beside it: not used"
   cublas_dir=""
 elif [[ -n $cublas_dir ]]; then
-  emit "cuBLAS: $cublas_dir/libcublas.so.13 and libcublasLt.so.13 ($cublas_how), for ${#cublas_users[@]} programs: $(printf '%s ' "${cublas_users[@]}")"
+  mkdir -p "$cublas_links"
+  ln -s "$cublas_dir/libcublas.so.13" "$cublas_links/libcublas.so.13"
+  ln -s "$cublas_dir/libcublasLt.so.13" "$cublas_links/libcublasLt.so.13"
+  cublas_file=$(realpath "$cublas_dir/libcublas.so.13")
+  emit "cuBLAS: $cublas_dir/libcublas.so.13 and libcublasLt.so.13 ($cublas_how; the file: $cublas_file), linked alone into the search path of ${#cublas_users[@]} programs: $(printf '%s ' "${cublas_users[@]}")"
 else
-  emit "cuBLAS: no libcublas.so.13 found (python3 'import nvidia.cublas', python site-packages, ldconfig): the ${#cublas_users[@]} programs linked with it fail"
+  emit "cuBLAS: no libcublas.so.13 found (python3 'import nvidia.cu13' / 'import nvidia.cublas', nvidia/cu13/lib or nvidia/cublas/lib or any libcublas.so.13 under python's site-packages, ldconfig): the ${#cublas_users[@]} programs linked with it fail"
 fi
 
 have_gpu=0
@@ -183,8 +250,12 @@ n_tests=${#test_lines[@]}
 catch_figures() {  # LOG -> Catch's summary line, or ""
   first_line "$1" '^(All tests passed|test cases:|No tests ran)'
 }
+# A row: name, program, sanitizer tools (space-separated, never empty), then
+# the ctest arguments, shell-quoted and possibly empty (last: read collapses
+# empty fields between tabs).
+not_applicable=" "  # names of the tests that cannot apply to this machine
 for row in "${test_lines[@]}"; do
-  IFS=$'\t' read -r name exe args <<<"$row"
+  IFS=$'\t' read -r name exe tools_of args <<<"$row"
   eval "argv=($args)"
   l=$(limit 60)  # seconds on an H200; a hang costs one minute, not the run
   if ((l == 0)); then skip_for_time "test $name"; continue; fi
@@ -203,8 +274,12 @@ for row in "${test_lines[@]}"; do
     result FAIL "test $name" "exit 0 without Catch's 'All tests passed' (${figures:-no summary}), ${d} s"
   elif timed_out "$rc"; then
     result FAIL "test $name" "timed out after ${l} s"
-  elif ((rc == 77)) && grep -q 'skipped: needs [0-9]* CUDA devices' "$logs/test-$name.log"; then
-    result SKIP "test $name" "$(first_line "$logs/test-$name.log" 'skipped')"
+  elif ((rc == 77)) && [[ $(first_line "$logs/test-$name.log" 'skipped: needs [0-9]+ CUDA devices, [0-9]+ visible') =~ needs\ ([0-9]+)\ CUDA\ devices,\ ([0-9]+)\ visible ]] &&
+    ((BASH_REMATCH[2] >= 1 && BASH_REMATCH[2] < BASH_REMATCH[1])); then
+    # The machine has a GPU but fewer than the test places work on: it says
+    # nothing about this machine's code, good or bad.
+    result N/A "test $name" "not applicable on ${BASH_REMATCH[2]} GPU(s): needs ${BASH_REMATCH[1]} (not run under the sanitizers either)"
+    not_applicable+="$name "
   elif ((rc == 77)); then
     result FAIL "test $name" "exit 77 (skipped) although DFLASH_REQUIRE_GPU=1: $(first_line "$logs/test-$name.log" 'skipped')"
   else
@@ -217,8 +292,8 @@ if ((have_gpu == 0)); then
   result SKIP "example cuda vs cpu" "no CUDA device"
   result SKIP "torch reference (gpu and host ops vs torch)" "no CUDA device"
   result SKIP "GPU benchmarks" "no CUDA device"
-  result SKIP "compute-sanitizer (4 tools x $n_tests tests)" "no CUDA device"
-  emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP in $((SECONDS - t0)) s"
+  result SKIP "compute-sanitizer" "no CUDA device"
+  emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP, $n_na N/A in $((SECONDS - t0)) s"
   emit "RESULT: FAIL: no CUDA device: nothing ran on a GPU, nothing above passed on one"
   exit 1
 fi
@@ -314,7 +389,9 @@ else
   result FAIL "example gpu_pipeline" "exit $?: $(first_line "$logs/example-gpu_pipeline.log" '^cuda|total|error')"
 fi
 
-# ---- 4. GPU benchmarks, as fractions of the D2D copy ---------------------------------
+# ---- 4. GPU benchmarks: figures, as fractions of the D2D copy -------------------------
+# A benchmark has no threshold to pass: what it measured is reported, and only
+# a benchmark that errors (or a missing D2D reference) fails the run.
 mapfile -t bench_bins <benchmarks.txt
 jsons=()
 for exe in "${bench_bins[@]}"; do
@@ -338,12 +415,17 @@ if ((${#jsons[@]} > 0)); then
   python3 bench_fractions.py "${jsons[@]}" >"$logs/bench-fractions.txt" 2>&1
   rc=$?
   while IFS=$'\t' read -r status bench figures; do
-    result "$status" "bench $bench" "$figures"
+    if [[ $status == FIGURES ]]; then
+      emit "$(printf '%-11s %-46s %s' figures "bench $bench" "$figures")"
+    else
+      result "$status" "bench $bench" "$figures"
+    fi
   done <"$logs/bench-fractions.txt"
   ((rc == 0)) || grep -q '^FAIL' "$logs/bench-fractions.txt" || result FAIL "bench fractions" "bench_fractions.py exit $rc"
 fi
 
-# ---- 5. compute-sanitizer ------------------------------------------------------------
+# ---- 5. compute-sanitizer, within its own share of the budget ---------------------------
+in_sanitizers=1
 cs=$(command -v compute-sanitizer || true)
 if [[ -z $cs ]]; then
   for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer; do
@@ -360,8 +442,15 @@ tools=(memcheck racecheck synccheck initcheck)
 # still fails the run: every dflash call checks its result and throws, so the
 # test fails (exit non-zero, reported below).
 tool_flags() { echo --report-api-errors no; }
+# The kernel a report names, when it is a library's (cuBLAS, CUTLASS, CUB):
+# said beside the failure, so a report inside a library is not read as dflash's.
+library_kernel() {  # LOG -> "; inside a library kernel: NAME" or ""
+  local k
+  k=$(grep -m 1 -oE '(in|of) +kernel +[^ ]+|^========= +at +[^ (]+' "$1" 2>/dev/null | awk '{ print $NF }')
+  [[ $k =~ (cublas|cutlass|xmma|gemm|cub::|CUB_) ]] && echo "; inside a library kernel: $(echo "$k" | cut -c 1-80)"
+}
 if [[ -z $cs ]]; then
-  result SKIP "compute-sanitizer (4 tools x $n_tests tests)" "compute-sanitizer not in PATH nor /usr/local/cuda*/bin"
+  result SKIP "compute-sanitizer" "compute-sanitizer not in PATH nor /usr/local/cuda*/bin"
 else
   # Background jobs, at most $sanitizer_jobs at once; each writes "rc seconds limit".
   # The limit is taken once a slot is free (a queued job's wait is spent
@@ -382,7 +471,7 @@ else
   # Control: each tool on the clean probe. Failing there = unsupported here.
   declare -A supported=() probed=()
   for tool in "${tools[@]}"; do
-    launch "sanitizer-$tool-probe" 90 "$tool (all $n_tests GPU tests)" \
+    launch "sanitizer-$tool-probe" 60 "$tool (its GPU tests)" \
       "$cs" --tool "$tool" $(tool_flags "$tool") --error-exitcode 99 bin/dflash_gpu_probe && probed[$tool]=1
   done
   wait
@@ -392,45 +481,61 @@ else
     if ((rc == 0)); then
       supported[$tool]=1
     elif timed_out "$rc"; then
-      result FAIL "$tool (all $n_tests GPU tests)" "the clean probe timed out under $tool after ${lim} s"
+      result FAIL "$tool (its GPU tests)" "the clean probe timed out under $tool after ${lim} s"
     elif ((rc == 99)); then  # the tool works, and found an error in the probe itself
-      result FAIL "$tool (all $n_tests GPU tests)" "$tool reports errors in dflash_gpu_probe: $(first_line "$logs/sanitizer-$tool-probe.log" 'ERROR SUMMARY')"
+      result FAIL "$tool (its GPU tests)" "$tool reports errors in dflash_gpu_probe: $(first_line "$logs/sanitizer-$tool-probe.log" 'ERROR SUMMARY')"
     else
       why=$(first_line "$logs/sanitizer-$tool-probe.log" 'Error|error|not supported|unsupported|FAIL')
-      result UNSUPPORTED "$tool (all $n_tests GPU tests)" "on this runtime: the clean probe fails under it (exit $rc): ${why:-see sanitizer-$tool-probe.log}"
+      result UNSUPPORTED "$tool (its GPU tests)" "on this runtime: the clean probe fails under it (exit $rc): ${why:-see sanitizer-$tool-probe.log}"
     fi
   done
+  # The matrix: each test under the tools its row names (memcheck and
+  # initcheck always; racecheck and synccheck where kernels use shared memory),
+  # without its [concurrent] and [device_wide] cases; then, under memcheck
+  # alone, the [concurrent] cases of the programs that have any. A test with
+  # its own Catch filter from ctest keeps it unchanged.
   ids=()
-  for tool in "${tools[@]}"; do
-    [[ -n ${supported[$tool]:-} ]] || continue
-    for row in "${test_lines[@]}"; do
-      IFS=$'\t' read -r name exe args <<<"$row"
-      eval "argv=($args)"
-      id=sanitizer-$tool-$name
-      # [concurrent] tests need two kernels resident at once (a producer and a
-      # consumer spinning on one ring); the tools serialise kernels, so there
-      # they could only time out. Every other test case runs under every tool.
-      # (A test with its own Catch filter from ctest keeps it unchanged.)
-      ((${#argv[@]})) || argv=("~[concurrent]")
+  for row in "${test_lines[@]}"; do
+    IFS=$'\t' read -r name exe tools_of args <<<"$row"
+    [[ $not_applicable == *" $name "* ]] && continue
+    eval "argv=($args)"
+    ((${#argv[@]})) || argv=("~[concurrent]~[device_wide]")
+    for tool in $tools_of; do
+      [[ -n ${supported[$tool]:-} ]] || continue
       if needs_cublas "$exe" && [[ -z $cublas_dir ]]; then result FAIL "$tool $name" "$no_cublas"; continue; fi
       mapfile -t env_of < <(run_env "$exe")
-      launch "$id" 180 "$tool $name" env "${env_of[@]}" "$cs" --tool "$tool" $(tool_flags "$tool") --error-exitcode 99 --print-limit 20 "$exe" "${argv[@]}" &&
-        ids+=("$tool $name $id")
+      id=sanitizer-$tool-$name
+      launch "$id" 150 "$tool $name" env "${env_of[@]}" "$cs" --tool "$tool" $(tool_flags "$tool") --error-exitcode 99 --print-limit 20 "$exe" "${argv[@]}" &&
+        ids+=("$tool $name $id plain")
     done
+    needs_cublas "$exe" && [[ -z $cublas_dir ]] && continue
+    if [[ -n ${supported[memcheck]:-} ]] && [[ -z $args ]] &&
+      [[ -n $(env $(run_env "$exe") timeout -k 5 30 "$exe" --list-test-names-only "[concurrent]" 2>/dev/null | grep -v '^ *$' | grep -v 'skipped\|test cases\|^Matching') ]]; then
+      mapfile -t env_of < <(run_env "$exe")
+      id=sanitizer-memcheck-$name-concurrent
+      launch "$id" 90 "memcheck $name [concurrent]" env "${env_of[@]}" CUDA_MODULE_LOADING=EAGER "$cs" --tool memcheck $(tool_flags memcheck) --error-exitcode 99 --print-limit 20 "$exe" "[concurrent]" &&
+        ids+=("memcheck $name $id concurrent")
+    fi
   done
   wait
   for entry in "${ids[@]}"; do
-    read -r tool name id <<<"$entry"
+    read -r tool name id kind <<<"$entry"
     read -r rc d lim < <(read_rc "$id")
+    step="$tool $name"
+    [[ $kind == concurrent ]] && step+=" [concurrent]"
     errors=$(first_line "$logs/$id.log" 'ERROR SUMMARY')
     if ((rc == 0)); then
-      result PASS "$tool $name" "${errors:-no error summary}, ${d} s"
+      result PASS "$step" "${errors:-no error summary}, ${d} s"
     elif ((rc == 99)); then
-      result FAIL "$tool $name" "${errors}: $(grep -m 1 -E '^========= +(Invalid|Race|Barrier|Uninitialized|Error|Program hit|Warp|Potential)' "$logs/$id.log" | sed 's/^=* *//' | cut -c 1-120)"
+      result FAIL "$step" "${errors}: $(grep -m 1 -E '^========= +(Invalid|Race|Barrier|Uninitialized|Error|Program hit|Warp|Potential)' "$logs/$id.log" | sed 's/^=* *//' | cut -c 1-120)$(library_kernel "$logs/$id.log")"
     elif timed_out "$rc"; then
-      result FAIL "$tool $name" "timed out after ${lim} s"
+      result FAIL "$step" "timed out after ${lim} s"
+    elif [[ $kind == concurrent ]] && grep -q '^TIMED OUT: ' "$logs/$id.log" && [[ -z $(grep -E '^========= +(Invalid|Race|Uninitialized|Program hit)' "$logs/$id.log") ]]; then
+      # The pair's spins are bounded on the device: a tool that runs one
+      # kernel at a time makes the waiting one give up, and it says so.
+      result UNSUPPORTED "$step" "$tool ran the pair one kernel at a time: $(first_line "$logs/$id.log" '^TIMED OUT: ' | cut -c 1-100)"
     else
-      result FAIL "$tool $name" "exit $rc (the test failed under $tool): $(first_line "$logs/$id.log" 'FAILED|FAIL:|Error') ${errors}"
+      result FAIL "$step" "exit $rc (the test failed under $tool): $(first_line "$logs/$id.log" 'FAILED|FAIL:|Error') ${errors}"
     fi
   done
 fi
@@ -440,10 +545,14 @@ total=$((SECONDS - t0))
 if ((${#skipped_for_time[@]} > 0)); then
   emit "skipped for time: $(printf '%s, ' "${skipped_for_time[@]}" | sed 's/, $//')"
 fi
-emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP in ${total} s"
+[[ $not_applicable != " " ]] && emit "not applicable on this machine:$not_applicable"
+emit "total: $n_pass PASS, $n_fail FAIL, $n_unsup UNSUPPORTED, $n_skip SKIP, $n_na N/A in ${total} s"
 if ((n_fail > 0 || n_skip > 0 || n_pass == 0)); then
   emit "RESULT: FAIL"
   exit 1
 fi
-if ((n_unsup > 0)); then emit "RESULT: PASS ($n_unsup UNSUPPORTED on this runtime: see above)"; else emit "RESULT: PASS"; fi
+extra=()
+((n_unsup > 0)) && extra+=("$n_unsup UNSUPPORTED on this runtime")
+((n_na > 0)) && extra+=("$n_na N/A on this machine")
+if ((${#extra[@]})); then emit "RESULT: PASS ($(printf '%s, ' "${extra[@]}" | sed 's/, $//'): see above)"; else emit "RESULT: PASS"; fi
 exit 0

@@ -3,14 +3,18 @@
 # programs, nvidia-smi and compute-sanitizer are shell stubs, and checks its
 # summary line by line. No GPU and no CUDA build needed: this is run.sh's own
 # logic (statuses, figures, exit code), not the GPU code.
-#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice|budget|nocublas
+#   fake_bundle_test.sh SOURCE_DIR pass|mixed|nodevice|budget|nocublas|cuda12|onegpu
 # budget: compute-sanitizer hangs on every test (not on the probe), two jobs at
 # a time, a 25 s budget: the run must end within the budget plus a few seconds
 # and name every step it skipped for time.
 # cuBLAS (pass, nocublas): bin/ex_plain and bin/test_a are listed in
 # cublas.txt and fail as the loader would unless LD_LIBRARY_PATH holds cuBLAS's
-# folder; "pass" has a fake nvidia-cublas python package, "nocublas" none
-# (python3 and ldconfig are stand-ins, so the machine's own cuBLAS stays out).
+# folder; "pass" has the CUDA 13 wheel layout (site-packages/nvidia/cu13/lib,
+# no python package of its own), "cuda12" only the CUDA 12 layout with a
+# libcublas.so.12 (not usable), "nocublas" none (python3 and ldconfig are
+# stand-ins, so the machine's own cuBLAS stays out).
+# onegpu: a third test needs two devices (MIN_DEVICES 2) on a one-GPU
+# machine: it is N/A, never run under a sanitizer, and the run still passes.
 set -uo pipefail
 src=$1 scenario=$2
 work=$(mktemp -d)
@@ -21,28 +25,46 @@ cp "$src/scripts/bundle/run.sh" "$src/scripts/bundle/compare_results.py" "$src/s
 glibc=2.17
 [[ $scenario == mixed ]] && glibc=99.0  # newer than any: run.sh must say so
 printf 'dflash GPU bundle\ncommit fake\nbuilt now on here for sm_90\nnvcc 13.0\nneeds glibc >= %s and a CUDA 13 driver\n' "$glibc" >"$b/MANIFEST"
-printf 'test_a\tbin/test_a\t\ntest_b\tbin/test_b\t'\''[x]'\'' --order decl\n' >"$b/tests.tsv"
+printf 'test_a\tbin/test_a\tmemcheck initcheck racecheck synccheck\t\ntest_b\tbin/test_b\tmemcheck initcheck racecheck synccheck\t'\''[x]'\'' --order decl\n' >"$b/tests.tsv"
+[[ $scenario == onegpu ]] && printf 'test_c\tbin/test_c\tmemcheck initcheck\t\n' >>"$b/tests.tsv"
 printf 'bin/bench_x\n' >"$b/benchmarks.txt"
 printf 'bin/ex_plain\nbin/ex_prof\n' >"$b/examples.txt"
 stub() { printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1"; chmod +x "$1"; }
 real_py=$(PATH=/usr/bin:/bin command -v python3)
 stub "$fake/ldconfig" 'exit 0'
-if [[ $scenario == pass || $scenario == nocublas ]]; then
+if [[ $scenario == pass || $scenario == nocublas || $scenario == cuda12 ]]; then
   printf 'bin/ex_plain\nbin/test_a\n' >"$b/cublas.txt"
 fi
+# The wheels' folders: site-packages/nvidia/<...>/lib, with a libcudart of
+# their own beside cuBLAS (which must stay off the programs' search path).
+site=$work/py/site-packages
 if [[ $scenario == nocublas ]]; then
-  stub "$fake/python3" "case \"\$*\" in *nvidia.cublas*|*getsitepackages*) exit 1;; esac; exec $real_py \"\$@\""
+  stub "$fake/python3" "case \"\$*\" in *nvidia.cu*|*getsitepackages*) exit 1;; esac; exec $real_py \"\$@\""
 else
-  mkdir -p "$work/py/nvidia/cublas/lib"
-  : >"$work/py/nvidia/cublas/__init__.py"
-  : >"$work/py/nvidia/cublas/lib/libcublas.so.13"
-  : >"$work/py/nvidia/cublas/lib/libcublasLt.so.13"
-  stub "$fake/python3" "PYTHONPATH=$work/py exec $real_py \"\$@\""
+  if [[ $scenario == cuda12 ]]; then
+    mkdir -p "$site/nvidia/cublas/lib"
+    : >"$site/nvidia/cublas/__init__.py"
+    : >"$site/nvidia/cublas/lib/libcublas.so.12"
+    : >"$site/nvidia/cublas/lib/libcublasLt.so.12"
+  else
+    mkdir -p "$site/nvidia/cu13/lib"
+    : >"$site/nvidia/cu13/lib/libcublas.so.13.1.0.3"
+    ln -s libcublas.so.13.1.0.3 "$site/nvidia/cu13/lib/libcublas.so.13"
+    : >"$site/nvidia/cu13/lib/libcublasLt.so.13"
+    : >"$site/nvidia/cu13/lib/libcudart.so.13"
+  fi
+  # site.getsitepackages() of the stand-in names the fake folder only.
+  stub "$fake/python3" "case \"\$*\" in *getsitepackages*) echo $site; exit 0;; esac; PYTHONPATH=$site exec $real_py \"\$@\""
 fi
-# A cuBLAS user: fails to load, as the real one would, without cuBLAS's folder on LD_LIBRARY_PATH.
+# A cuBLAS user: fails to load, as the real one would, unless LD_LIBRARY_PATH
+# leads to libcublas.so.13, and fails as a wrong runtime would if it leads to
+# a wheel's libcudart (or anything inherited).
 needs_cublas=''
 [[ -f $b/cublas.txt ]] &&
-  needs_cublas='[[ ${LD_LIBRARY_PATH:-} == */nvidia/cublas/lib* ]] || { echo "$0: error while loading shared libraries: libcublas.so.13"; exit 127; }' 
+  needs_cublas='found=0; IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}"; for d in "${dirs[@]}"; do
+  [[ -e $d/libcudart.so.13 || $d == */inherited* ]] && { echo "$0: loaded another libcudart from $d"; exit 126; }
+  [[ -e $d/libcublas.so.13 && -e $d/libcublasLt.so.13 ]] && found=1; done
+((found)) || { echo "$0: error while loading shared libraries: libcublas.so.13"; exit 127; }' 
 # The torch step: driver stubs and a torch_reference.py stand-in (its own checks are
 # tests/torch_reference's); "mixed": a mismatch on cuda, no torch for the CPU run.
 stub "$b/bin/dflash_ops_driver_gpu" 'exit 0'
@@ -70,11 +92,24 @@ if [[ $scenario == nodevice ]]; then
 else
   stub "$fake/nvidia-smi" 'echo "NVIDIA H200, 580.65.06, 143771 MiB"'
   stub "$b/bin/dflash_gpu_probe" 'echo "cuda runtime 13000, driver supports 13000"; echo "device 0: NVIDIA H200, sm_90, 132 SMs, 139.8 GiB"; echo "kernel ok: 64 blocks x 256 threads"'
+  # test_a has a [concurrent] case; in "mixed" the sanitizer runs it one kernel
+  # at a time, so its bounded spin gives up and says so.
   stub "$b/bin/test_a" "$needs_cublas"'
-[[ $DFLASH_REQUIRE_GPU == 1 ]] || exit 5; echo "All tests passed (12 assertions in 3 test cases)"'
+[[ $DFLASH_REQUIRE_GPU == 1 ]] || exit 5
+[[ $1 == --list-test-names-only ]] && { [[ $2 == "[concurrent]" ]] && echo "producer and consumer kernels run concurrently"; exit 1; }
+if [[ $1 == "[concurrent]" ]]; then
+  [[ ${CUDA_MODULE_LOADING:-} == EAGER ]] || { echo "lazy loading"; exit 6; }
+  if [[ '"$scenario"' == mixed ]]; then echo "TIMED OUT: producers (ring full for the whole spin budget: is the consumer running concurrently?)"; exit 1; fi
+  echo "All tests passed (40 assertions in 2 test cases)"; exit 0
+fi
+[[ ${SANITIZED:-} != 1 || $1 == "~[concurrent]~[device_wide]" ]] || { echo "sanitized without the filter: $*"; exit 7; }
+echo "All tests passed (12 assertions in 3 test cases)"'
   # test_b must get its ctest arguments through tests.tsv intact.
   stub "$b/bin/test_b" '[[ $# == 3 && $1 == "[x]" && $2 == --order && $3 == decl ]] || { echo "bad args: $*"; exit 4; }
 echo "All tests passed (7 assertions in 1 test case)"'
+  # A MIN_DEVICES 2 test on a one-GPU machine; the sanitizers must not run it.
+  stub "$b/bin/test_c" '[[ ${SANITIZED:-} == 1 ]] && { echo "test_c ran under a sanitizer"; exit 5; }
+echo "test_c: skipped: needs 2 CUDA devices, 1 visible (placement over devices has nothing to place)"; exit 77'
   # Google Benchmark stand-in: the D2D reference, one bandwidth, one latency.
   stub "$b/bin/bench_x" 'for a; do case $a in --benchmark_out=*) out=${a#*=};; esac; done
 cat >"$out" <<JSON
@@ -110,18 +145,23 @@ if [[ '"$scenario"' == mixed && $tool == racecheck && $prog == dflash_gpu_probe 
 if [[ '"$scenario"' == budget && $prog != dflash_gpu_probe ]]; then exec sleep 1000; fi
 if [[ '"$scenario"' == mixed && $tool == initcheck && $prog == test_b ]]; then
   echo "========= Uninitialized __global__ memory read of size 4 bytes"; echo "========= ERROR SUMMARY: 1 error"; exit 99; fi
-"$@"; rc=$?
+SANITIZED=1 "$@"; rc=$?
 echo "========= ERROR SUMMARY: 0 errors"; exit $rc'
 fi
 
 budget_env=()
-[[ $scenario == budget ]] && budget_env=(DFLASH_BUNDLE_BUDGET_S=25 DFLASH_BUNDLE_SANITIZER_JOBS=2)
+[[ $scenario == budget ]] && budget_env=(DFLASH_BUNDLE_BUDGET_S=40 DFLASH_BUNDLE_SANITIZER_BUDGET_S=20 DFLASH_BUNDLE_SANITIZER_JOBS=2)
 started=$SECONDS
-env "${budget_env[@]}" PATH=$fake:/usr/bin:/bin "$b/run.sh" "$work/logs" >"$work/out.txt" 2>&1
+# An inherited LD_LIBRARY_PATH (a folder with another runtime) must not reach the programs.
+env "${budget_env[@]}" PATH=$fake:/usr/bin:/bin LD_LIBRARY_PATH=$work/inherited "$b/run.sh" "$work/logs" "$work/out/logs.tar.gz" >"$work/out.txt" 2>&1
 rc=$?
 took=$((SECONDS - started))
 cat "$work/logs/summary.txt"
 fail=0
+# Every run packs its logs and ends its output with the summary.
+tar -tzf "$work/out/logs.tar.gz" 2>/dev/null | grep -q '^logs/summary.txt$' || { echo "no logs/summary.txt in the archive"; fail=1; }
+[[ $(tail -n 1 "$work/out.txt") == "$(tail -n 1 "$work/logs/summary.txt")" && $(tail -n 1 "$work/out.txt") == RESULT* ]] ||
+  { echo "the output does not end with the summary's RESULT line: $(tail -n 1 "$work/out.txt")"; fail=1; }
 expect() {  # REGEX: some summary line must match
   grep -qE "$1" "$work/logs/summary.txt" || { echo "MISSING: a line matching /$1/"; fail=1; }
 }
@@ -136,12 +176,15 @@ case $scenario in
     expect '^PASS +example ex_plain cuda==cpu +300 steps, seed 7: 3 exact values identical, 1 floats within rel 0.0001 .*, 1 bitwise digests not compared'
     expect '^PASS +example ex_prof cuda==cpu'
     expect '^figures +example ex_prof: tokens/s cuda 1234, cpu 1234 \(both runs at once\); target_forward.gpu cuda: 195.324 ms total = 15.4 % of wall; target_forward.gpu cpu: 195.324 ms total'
-    expect '^cuBLAS: .*/py/nvidia/cublas/lib/libcublas.so.13 and libcublasLt.so.13 \(python package nvidia.cublas\), for 2 programs: bin/ex_plain bin/test_a'
+    expect '^cuBLAS: .*/site-packages/nvidia/cu13/lib/libcublas.so.13 and libcublasLt.so.13 \(python package nvidia.cu13; the file: .*/libcublas.so.13.1.0.3\), linked alone into the search path of 2 programs: bin/ex_plain bin/test_a'
+    expect '^environment: inherited LD_LIBRARY_PATH=.*/inherited cleared'
+    expect '^PASS +memcheck test_a \[concurrent\] +ERROR SUMMARY: 0 errors'
 
     expect '^PASS +torch reference: dflash_ops_driver_gpu vs torch cuda +107 cases \(90 random\), torch reference on cuda, 3.1 s; seed 5, [0-9]+ s'
     expect '^PASS +torch reference: dflash_ops_driver vs torch cpu +107 cases'
-    expect '^PASS +bench BM_pack<float>/4096/manual_time +100.0 us/iter, 3000.0 GB/s = 0.75 of D2D copy \(4000.0 GB/s\)'
-    expect '^PASS +bench BM_readback_batched +9.5 us/iter \(latency'
+    expect '^figures +bench BM_pack<float>/4096/manual_time +100.0 us/iter, 3000.0 GB/s = 0.75 of D2D copy \(4000.0 GB/s\)'
+    expect '^figures +bench BM_readback_batched +9.5 us/iter \(latency'
+    absent '^PASS +bench'
     expect '^PASS +example gpu_pipeline +cuda: total 5068800 \(expected 5068800\)'
     for t in memcheck racecheck synccheck initcheck; do
       expect "^PASS +$t test_a +ERROR SUMMARY: 0 errors"
@@ -154,15 +197,16 @@ case $scenario in
     [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
     expect '^FAIL +example ex_prof cuda==cpu +the binary rejects --results \(exit 2\)'
     expect '^PASS +example ex_plain cuda==cpu'
-    expect '^UNSUPPORTED +racecheck \(all 2 GPU tests\) +on this runtime: the clean probe fails under it \(exit 1\): Error: racecheck is not supported'
+    expect '^UNSUPPORTED +racecheck \(its GPU tests\) +on this runtime: the clean probe fails under it \(exit 1\): Error: racecheck is not supported'
     absent '^(PASS|FAIL) +racecheck test_'
     expect '^FAIL +initcheck test_b +ERROR SUMMARY: 1 error: Uninitialized __global__ memory read'
     expect '^PASS +initcheck test_a'
+    expect '^UNSUPPORTED +memcheck test_a \[concurrent\] +memcheck ran the pair one kernel at a time: TIMED OUT: producers'
     expect '^FAIL +glibc +this machine has glibc [0-9.]+; the bundle needs >= 99.0'
     expect '^FAIL +torch reference: dflash_ops_driver_gpu vs torch cuda +exit 1: MISMATCH c7 kv_indices: \[3\] driver 2 vs reference 1 \[1 mismatches; 107 cases; seed 5\]'
     expect '^SKIP +torch reference: dflash_ops_driver vs torch cpu +skipped: torch not importable'
     absent '^skipped for time'
-    expect '^total: .* 4 FAIL, 1 UNSUPPORTED, 1 SKIP'
+    expect '^total: .* 4 FAIL, 2 UNSUPPORTED, 1 SKIP, 0 N/A'
     expect '^RESULT: FAIL$'
     ;;
   nodevice)
@@ -179,22 +223,21 @@ case $scenario in
     # Each job's limit is what is left when it starts, not when it was queued:
     # the first two sanitizer jobs time out, every later one is skipped.
     [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
-    ((took <= 25 + 4)) || { echo "run.sh took $took s on a 25 s budget"; fail=1; }
+    ((took <= 40 + 4)) || { echo "run.sh took $took s on a 40 s budget"; fail=1; }
     expect '^PASS +test test_a'
     expect '^FAIL +memcheck test_a +timed out after [0-9]+ s'
-    expect '^FAIL +memcheck test_b +timed out after [0-9]+ s'
-    for t in racecheck synccheck initcheck; do
-      expect "^SKIP +$t test_a +time budget exhausted"
-      expect "^SKIP +$t test_b +time budget exhausted"
-    done
-    expect '^skipped for time: racecheck test_a, racecheck test_b, synccheck test_a, synccheck test_b, initcheck test_a, initcheck test_b$'
-    expect '^total: .* 2 FAIL, 0 UNSUPPORTED, 6 SKIP'
+    expect '^FAIL +initcheck test_a +timed out after [0-9]+ s'
+    for t in racecheck synccheck; do expect "^SKIP +$t test_a +time budget exhausted"; done
+    expect '^SKIP +memcheck test_a \[concurrent\] +time budget exhausted'
+    for t in memcheck initcheck racecheck synccheck; do expect "^SKIP +$t test_b +time budget exhausted"; done
+    expect '^skipped for time: racecheck test_a, synccheck test_a, memcheck test_a \[concurrent\], memcheck test_b, initcheck test_b, racecheck test_b, synccheck test_b$'
+    expect '^total: .* 2 FAIL, 0 UNSUPPORTED, 7 SKIP'
     expect '^RESULT: FAIL$'
     ;;
   nocublas)
     # Only cuBLAS's users fail, each saying why, none of them run; the others pass.
     [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
-    expect '^cuBLAS: no libcublas.so.13 found \(python3 .import nvidia.cublas., python site-packages, ldconfig\): the 2 programs linked with it fail'
+    expect '^cuBLAS: no libcublas.so.13 found \(python3 .import nvidia.cu13. / .import nvidia.cublas., .*ldconfig\): the 2 programs linked with it fail'
     expect '^FAIL +test test_a +needs libcublas.so.13, not found on this machine \(see the cuBLAS line\): not run'
     expect '^FAIL +example ex_plain cuda==cpu +needs libcublas.so.13'
     for t in memcheck racecheck synccheck initcheck; do
@@ -206,6 +249,24 @@ case $scenario in
     absent 'error while loading shared libraries'
     expect '^total: .* 6 FAIL, 0 UNSUPPORTED, 0 SKIP'
     expect '^RESULT: FAIL$'
+    ;;
+  cuda12)
+    # The CUDA 12 layout holds libcublas.so.12: not what the binaries need.
+    [[ $rc == 1 ]] || { echo "run.sh exit $rc, expected 1"; fail=1; }
+    expect '^cuBLAS: no libcublas.so.13 found'
+    expect '^FAIL +test test_a +needs libcublas.so.13, not found on this machine'
+    expect '^PASS +test test_b'
+    expect '^RESULT: FAIL$'
+    ;;
+  onegpu)
+    # One GPU: the MIN_DEVICES 2 test is not applicable; everything else passes.
+    [[ $rc == 0 ]] || { echo "run.sh exit $rc, expected 0"; fail=1; }
+    expect '^N/A +test test_c +not applicable on 1 GPU\(s\): needs 2'
+    absent '^[A-Z/]+ +(memcheck|initcheck|racecheck|synccheck) test_c'
+    expect '^not applicable on this machine: test_c $'
+    absent '^(FAIL|SKIP|UNSUPPORTED)'
+    expect '^total: .* 0 FAIL, 0 UNSUPPORTED, 0 SKIP, 1 N/A'
+    expect '^RESULT: PASS \(1 N/A on this machine: see above\)$'
     ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
