@@ -144,7 +144,13 @@ __global__ void tap_kernel(const float* x, const std::int32_t* dst, std::int32_t
 template <class T>
 T* device_alloc(std::size_t count, std::string_view what) {
   void* p = nullptr;
-  cuda_check(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)), std::string("target_forward_gpu: cudaMalloc ") += what);
+  const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(T);
+  cuda_check(cudaMalloc(&p, bytes), std::string("target_forward_gpu: cudaMalloc ") += what);
+  // Zeroed once: scratch is sized for max_tokens and a step writes S rows of
+  // it; a library kernel (cuBLAS's tiles, CUB's vector loads) may read past S,
+  // and initcheck must not take those bytes for the forward's own reads.
+  // Synchronous, like every allocation here: construction precedes each step.
+  cuda_check(cudaMemset(p, 0, bytes), std::string("target_forward_gpu: cudaMemset ") += what);
   return static_cast<T*>(p);
 }
 
@@ -304,6 +310,9 @@ target_forward_gpu::target_forward_gpu(const TargetModel& model, std::int32_t ma
     cuda_check(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming), "target_forward_gpu: cudaEventCreate");
     d->workers.push_back(std::move(st));
   }
+  // The zero fills ran on the legacy stream; a step may run on a non-blocking
+  // stream, which would not wait for them.
+  cuda_check(cudaStreamSynchronize(cudaStreamLegacy), "target_forward_gpu: finish the zero fills");
   impl_ = std::move(d);
 }
 

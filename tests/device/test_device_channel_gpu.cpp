@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 #include "numbers_source.hpp"
@@ -151,12 +152,29 @@ TEST_CASE("cuda_backend: a standalone channel between two streams for many laps"
     REQUIRE(cudaMalloc(&dev_ok, n * sizeof(int)) == cudaSuccess);
     REQUIRE(cudaMemset(dev_ok, 0xff, n * sizeof(int)) == cudaSuccess);  // poison
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // set-up: the non-blocking streams do not wait for it
+    std::string consumer_error;  // a consumer that throws says so here, not through std::terminate
     std::thread consumer([&] {
-      while (auto r = ch.pop(cons)) {
-        gpu_test::launch_check(r->item().data.data(), r->item().value, dev_ok + r->item().value, cs);
-        ch.release(std::move(*r), cons);
+      try {
+        while (auto r = ch.pop(cons)) {
+          gpu_test::launch_check(r->item().data.data(), r->item().value, dev_ok + r->item().value, cs);
+          ch.release(std::move(*r), cons);
+        }
+      } catch (const std::exception& e) {
+        consumer_error = e.what();
+        ch.close();
       }
     });
+    // A failing REQUIRE below throws: the channel is closed and the consumer
+    // joined on the way out, or the joinable thread's destructor terminates the
+    // run before Catch can report the failure.
+    struct join_on_exit {
+      dflash::device_channel<gslot>& ch;
+      std::thread& t;
+      ~join_on_exit() {
+        ch.close();
+        if (t.joinable()) t.join();
+      }
+    } joined{ch, consumer};
     for (int x = 0; x < n; ++x) {
       auto r = ch.acquire(prod);
       REQUIRE(r);
@@ -166,6 +184,8 @@ TEST_CASE("cuda_backend: a standalone channel between two streams for many laps"
     }
     ch.close();
     consumer.join();
+    INFO(consumer_error);
+    REQUIRE(consumer_error.empty());
     b.synchronize(cs);
     b.synchronize(ps);
     std::vector<int> ok(n);

@@ -22,7 +22,8 @@
 //   chain: kept i32, loss_tokens i64, partial_tiles i32, full_tiles i32)
 //   "ID error MESSAGE" when an op throws (the case's remaining outputs are missing).
 // Last line: "done CASES". Exit 0 when the input parsed (op errors are reported, not fatal),
-// 2 on malformed input, 1 when the implementation is unavailable (no device).
+// 2 on malformed input, 3 when the implementation fails outside an op (a CUDA
+// error, say), 1 when the implementation is unavailable (no device).
 //
 // Impl provides: name(); doc_ids(lengths, doc, pos); pack<T>(shape, lengths, padded, cu,
 // packed, unpacked); select_anchors(params, batch, seq, seq_lens, mask, docs, anchors, keep);
@@ -97,18 +98,24 @@ class scalar_batch {
   std::vector<std::pair<std::string, std::string>> names_;
 };
 
+/// Input the driver cannot parse (exit 2); any other failure is the
+/// implementation's, reported as such (exit 3), never as "malformed input".
+struct malformed_input : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class reader {
  public:
   explicit reader(std::istringstream& in, std::string what) : in_(in), what_(std::move(what)) {}
   template <class T = std::int64_t>
   T next(const char* field) {
     long long v = 0;
-    if (!(in_ >> v)) throw std::runtime_error(what_ + ": missing or malformed " + field);
+    if (!(in_ >> v)) throw malformed_input(what_ + ": missing or malformed " + field);
     return static_cast<T>(v);
   }
   std::uint64_t next_u64(const char* field) {
     unsigned long long v = 0;
-    if (!(in_ >> v)) throw std::runtime_error(what_ + ": missing or malformed " + field);
+    if (!(in_ >> v)) throw malformed_input(what_ + ": missing or malformed " + field);
     return v;
   }
   template <class T>
@@ -119,12 +126,12 @@ class reader {
   }
   std::string word(const char* field) {
     std::string w;
-    if (!(in_ >> w)) throw std::runtime_error(what_ + ": missing " + field);
+    if (!(in_ >> w)) throw malformed_input(what_ + ": missing " + field);
     return w;
   }
   void end() {
     std::string extra;
-    if (in_ >> extra) throw std::runtime_error(what_ + ": unexpected trailing '" + extra + "'");
+    if (in_ >> extra) throw malformed_input(what_ + ": unexpected trailing '" + extra + "'");
   }
 
  private:
@@ -147,7 +154,7 @@ template <class Impl>
 void run_pack(Impl& impl, reader& r, const std::string& id, std::ostream& out) {
   const std::string dtype = r.word("dtype");
   ops::hidden_shape s{r.next<std::int32_t>("batch"), r.next<std::int32_t>("seq"), r.next<std::int32_t>("hidden")};
-  if (s.batch < 0 || s.seq < 0 || s.hidden < 0) throw std::runtime_error("pack " + id + ": negative extent");
+  if (s.batch < 0 || s.seq < 0 || s.hidden < 0) throw malformed_input("pack " + id + ": negative extent");
   const ivec lengths = r.many<std::int32_t>(static_cast<std::size_t>(s.batch), "lengths");
   const std::size_t n = static_cast<std::size_t>(s.batch) * static_cast<std::size_t>(s.seq) *
                         static_cast<std::size_t>(s.hidden);
@@ -180,7 +187,7 @@ void run_pack(Impl& impl, reader& r, const std::string& id, std::ostream& out) {
   else if (dtype == "bf16")
     go.template operator()<dflash::bf16, std::uint16_t>();
   else
-    throw std::runtime_error("pack " + id + ": dtype must be f32 or bf16, not '" + dtype + "'");
+    throw malformed_input("pack " + id + ": dtype must be f32 or bf16, not '" + dtype + "'");
 }
 
 template <class Impl>
@@ -191,7 +198,7 @@ void run_anchors(Impl& impl, reader& r, const std::string& id, std::ostream& out
   a.num_anchors = r.next<std::int32_t>("num_anchors");
   a.seed = r.next_u64("seed");
   const bool has_docs = r.next("has_docs") != 0;
-  if (batch < 0 || seq < 0 || a.num_anchors < 0) throw std::runtime_error("anchors " + id + ": negative extent");
+  if (batch < 0 || seq < 0 || a.num_anchors < 0) throw malformed_input("anchors " + id + ": negative extent");
   const std::size_t cells = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
   const ivec seq_lens = r.many<std::int32_t>(static_cast<std::size_t>(batch), "seq_lens");
   const bvec mask = r.many<std::uint8_t>(cells, "mask");
@@ -219,11 +226,11 @@ void run_chain(Impl& impl, reader& r, const std::string& id, std::ostream& out) 
   a.seed = r.next_u64("seed");
   const auto window = r.next<std::int32_t>("window");
   const ops::tile_shape tile{r.next<std::int32_t>("tile_q"), r.next<std::int32_t>("tile_kv")};
-  if (n_docs < 0) throw std::runtime_error("chain " + id + ": negative n_docs");
+  if (n_docs < 0) throw malformed_input("chain " + id + ": negative n_docs");
   const ivec lengths = r.many<std::int32_t>(static_cast<std::size_t>(n_docs), "lengths");
   std::int64_t total = 0;
   for (auto l : lengths) total += l;
-  if (total < 0 || total > (1 << 24)) throw std::runtime_error("chain " + id + ": total length out of range");
+  if (total < 0 || total > (1 << 24)) throw malformed_input("chain " + id + ": total length out of range");
   const bvec mask = r.many<std::uint8_t>(static_cast<std::size_t>(total), "mask");
   r.end();
   try {
@@ -279,10 +286,13 @@ int main_loop(Impl& impl) {
       else if (kind == "chain")
         run_chain(impl, r, id, out);
       else
-        throw std::runtime_error("unknown case kind '" + kind + "'");
-    } catch (const std::runtime_error& e) {
+        throw malformed_input("unknown case kind '" + kind + "'");
+    } catch (const malformed_input& e) {
       std::cerr << "ops_driver (" << impl.name() << "): malformed input: " << e.what() << '\n';
       return 2;
+    } catch (const std::exception& e) {
+      std::cerr << "ops_driver (" << impl.name() << "): failed: " << e.what() << '\n';
+      return 3;
     }
     ++cases;
     out.flush();

@@ -100,7 +100,7 @@ class cuda_backend {
   /// no failure here: it is read and cleared so the next launch check does not report it.
   void enable_peer_access(int peer) {
     const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    if (e == cudaErrorPeerAccessAlreadyEnabled) detail::forget(e);
     else check(e, "cudaDeviceEnablePeerAccess");
     cudaMemPool_t pool{};
     check(cudaDeviceGetMemPool(&pool, peer), "cudaDeviceGetMemPool");
