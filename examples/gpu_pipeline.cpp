@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 template <class B>
 using DS = dflash::device_stream<B>;
@@ -34,8 +36,37 @@ struct Rows : dflash::device_item<B> {  // one slot of the device link, reused
   dflash::device_buffer<float, B> x;    // device memory, written in stream order
   dflash::device_buffer<float, B> sum;  // x's sum, on the device
 };
+// Host results live in pinned memory (with CUDA: the copy into it is
+// asynchronous), taken from a pool and given back when the sink drops them:
+// cudaMallocHost / cudaFreeHost synchronise the whole device, so a stage that
+// called them per item would stall every stream once per item.
 template <class B>
-using Sum = std::unique_ptr<dflash::host_buffer<float, B>>;  // pinned with CUDA: the copy into it is asynchronous
+class pinned_pool {
+ public:
+  using buffer = dflash::host_buffer<float, B>;
+  struct give_back {
+    pinned_pool* pool;
+    void operator()(buffer* b) const { pool->put(b); }
+  };
+  using handle = std::unique_ptr<buffer, give_back>;
+  handle take() {  // allocates only until the items in flight have a buffer each
+    const std::lock_guard lock(m_);
+    if (free_.empty()) return handle(new buffer, give_back{this});
+    buffer* b = free_.back().release();
+    free_.pop_back();
+    return handle(b, give_back{this});
+  }
+
+ private:
+  void put(buffer* b) {
+    const std::lock_guard lock(m_);
+    free_.emplace_back(b);
+  }
+  std::mutex m_;
+  std::vector<std::unique_ptr<buffer>> free_;
+};
+template <class B>
+using Sum = typename pinned_pool<B>::handle;
 
 struct Steps {  // host source
   static constexpr dflash::fixed_string name{"steps"};
@@ -61,10 +92,9 @@ struct Reduce {  // device link -> host: the result is written by enqueued work
   static constexpr dflash::fixed_string name{"reduce"};
   using input_type = Rows<B>;
   using output_type = Sum<B>;
+  pinned_pool<B>* pool = nullptr;  // set before run(); outlives every item
   Sum<B> operator()(Rows<B>& in, const DS<B>& s) const {
-    // A pinned buffer per item keeps the example short; cudaMallocHost can
-    // serialise streams, so a real stage reuses them from a pool.
-    auto sum = std::make_unique<dflash::host_buffer<float, B>>();
+    Sum<B> sum = pool->take();
     float* d = in.sum.ensure(1, s);
     sum_rows(in.x.data(), 1024, d, s);
     s.copy(sum->ensure(1, s.backend()), d, sizeof(float));  // device -> host, in stream order
@@ -91,7 +121,9 @@ using twin_pipeline = gpu_pipeline<P, dflash::host_stream_backend>;  // the keys
 template <class B>  // the same pipeline on backend B; true when the total is right
 bool run() {
   dflash::AccumulatingProfiler<dflash::pipeline_keys<twin_pipeline<dflash::NullProfiler>>> prof;
+  pinned_pool<B> pool;  // declared first: destroyed after the pipeline and its items
   gpu_pipeline<decltype(prof), B> p(prof);
+  p.template stage<2>().pool = &pool;
   p.run();
   p.join();
   const float total = p.template stage<3>().total;
