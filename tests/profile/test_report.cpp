@@ -117,6 +117,20 @@ TEST_CASE("table: a share over 100 % of wall time is explained", "[report]") {
   CHECK(t.find("% wall = total / window, summed over threads") != std::string::npos);
 }
 
+TEST_CASE("table: an age or end-to-end row has no share of wall time", "[report]") {
+  // 60 items, each 1 ms old, in a 1 ms window: 6000 % would read as a bug
+  for (const char* name : {"drafter.age", "drafter.e2e", "target.age_gpu_end", "post.age_clock_backwards"}) {
+    INFO(name);
+    const std::string t = dflash::format_table(one_key(name, 60, 1'000'000));
+    CHECK(t.find("6000.0") == std::string::npos);
+    CHECK(t.find("% wall = total / window") == std::string::npos);  // not counted as a share over 100 %
+    CHECK(t.find("% wall is left empty for .age / .e2e rows") != std::string::npos);
+  }
+  const std::string busy = dflash::format_table(one_key("drafter.work", 60, 1'000'000));
+  CHECK(busy.find("6000.0") != std::string::npos);  // a thread-time row keeps its share
+  CHECK(busy.find("left empty") == std::string::npos);
+}
+
 TEST_CASE("JSON report round-trips every value", "[report]") {
   const auto snap = filled().snapshot();
   const auto j = nlohmann::json::parse(filled().summary(dflash::report_format::json));

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "dflash/profile/flow_rows.hpp"
 #include "dflash/profile/stats.hpp"
 
 namespace dflash {
@@ -144,7 +145,7 @@ inline std::string format_table(const profile_snapshot& s, const report_options&
              "p50*", "p90*", "p99*", "max", "% wall");
   std::size_t hidden = 0;
   std::string hidden_names;
-  bool over_100 = false;
+  bool over_100 = false, flow_rows = false;
   for (const auto& k : s.keys) {
     if (k.count == 0) {
       if (!opt.show_unrecorded) {
@@ -157,17 +158,24 @@ inline std::string format_table(const profile_snapshot& s, const report_options&
     }
     const double share =
         s.window_ns ? 100.0 * static_cast<double>(k.total_ns) / static_cast<double>(s.window_ns) : 0.0;
-    over_100 = over_100 || share > 100.0;
+    const bool flow = is_flow_row(k.name);
+    flow_rows = flow_rows || flow;
+    over_100 = over_100 || (!flow && share > 100.0);
     append_fmt(out, "%-*s %10llu", wi, k.name.c_str(), static_cast<unsigned long long>(k.count));
     for (const std::uint64_t ns : {k.total_ns, static_cast<std::uint64_t>(k.mean_ns() + 0.5), k.p50_ns(), k.p90_ns(),
                                    k.p99_ns(), k.max_ns})
       detail::append_duration_cell(out, ns, 11);
-    append_fmt(out, " %7.1f\n", share);
+    if (flow)
+      append_fmt(out, " %7s\n", "");
+    else
+      append_fmt(out, " %7.1f\n", share);
   }
   out += "* p50/p90/p99 have histogram-bucket resolution (within 6.25 %); count, total, mean, max are exact\n";
   if (over_100)
     out += "% wall = total / window, summed over threads: above 100 % the key ran on several threads at once"
            " (or add() recorded time measured elsewhere)\n";
+  if (flow_rows)
+    out += "% wall is left empty for .age / .e2e rows: they sum item lifetimes, which overlap, not a thread's time\n";
   if (hidden) {
     append_fmt(out, "%zu key%s never recorded in this window, hidden (%s%s)", hidden, hidden == 1 ? "" : "s",
                hidden_names.c_str(), hidden > 3 ? ", ..." : "");

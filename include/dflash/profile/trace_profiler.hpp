@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/profile/flow_rows.hpp"
 #include "dflash/detail/os.hpp"
 #include "dflash/detail/thread_label.hpp"
 #include "dflash/profile/clock.hpp"
@@ -339,15 +340,11 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
     return e.start_ns + e.dur_ns / 2;
   }
   static constexpr std::uint32_t stream_tid(std::uint32_t tid) noexcept { return tid + (1u << 20); }
-  static constexpr bool ends_with(std::string_view s, std::string_view tail) noexcept {
-    return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
-  }
   // Keys a pipeline records per item lifetime (pipeline/stage.hpp's flow rows).
   static constexpr std::array<bool, Keys::size> flow_row = [] {
     std::array<bool, Keys::size> r{};
     for (std::size_t i = 0; i < Keys::size; ++i)
-      r[i] = ends_with(Keys::names[i], ".age") || ends_with(Keys::names[i], ".e2e") ||
-             ends_with(Keys::names[i], ".age_clock_backwards") || ends_with(Keys::names[i], ".age_gpu_end");
+      r[i] = is_flow_row(Keys::names[i]);
     return r;
   }();
 
