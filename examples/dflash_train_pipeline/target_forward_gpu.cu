@@ -144,14 +144,19 @@ __global__ void tap_kernel(const float* x, const std::int32_t* dst, std::int32_t
 template <class T>
 T* device_alloc(std::size_t count, std::string_view what) {
   void* p = nullptr;
-  const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(T);
-  cuda_check(cudaMalloc(&p, bytes), std::string("target_forward_gpu: cudaMalloc ") += what);
-  // Zeroed once: scratch is sized for max_tokens and a step writes S rows of
-  // it; a library kernel (cuBLAS's tiles, CUB's vector loads) may read past S,
-  // and initcheck must not take those bytes for the forward's own reads.
-  // Synchronous, like every allocation here: construction precedes each step.
-  cuda_check(cudaMemset(p, 0, bytes), std::string("target_forward_gpu: cudaMemset ") += what);
+  cuda_check(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)), std::string("target_forward_gpu: cudaMalloc ") += what);
   return static_cast<T*>(p);
+}
+
+/// Scratch, zeroed once: it is sized for max_tokens and a step writes S rows
+/// of it; a library kernel (cuBLAS's tiles, CUB's vector loads) may read past
+/// S, and initcheck must not take those bytes for the forward's own reads. On
+/// the legacy stream: the constructor waits for it before the first step.
+template <class T>
+T* device_scratch(std::size_t count, std::string_view what) {
+  T* p = device_alloc<T>(count, what);
+  cuda_check(cudaMemset(p, 0, std::max<std::size_t>(count, 1) * sizeof(T)), std::string("target_forward_gpu: cudaMemset ") += what);
+  return p;
 }
 
 /// cuBLAS workspace: what the cuBLAS guide recommends per architecture
@@ -292,16 +297,16 @@ target_forward_gpu::target_forward_gpu(const TargetModel& model, std::int32_t ma
     auto st = std::make_unique<worker_state>();
     cublas_check(cublasCreate(&st->blas), "cublasCreate");
     cublas_check(cublasSetMathMode(st->blas, d->math), "cublasSetMathMode");
-    st->workspace = device_alloc<std::byte>(ws, "cuBLAS workspace");
+    st->workspace = device_scratch<std::byte>(ws, "cuBLAS workspace");
     st->workspace_size = ws;
-    st->x = device_alloc<float>(n, "x");
-    st->xT = device_alloc<float>(n, "xT");
-    st->runT = device_alloc<float>(n, "runT");
-    st->z = device_alloc<float>(2 * n, "z");
-    st->u = device_alloc<float>(n, "u");
-    st->keys = device_alloc<std::int32_t>(n, "keys");
-    st->ints = device_alloc<std::int32_t>(4 * toks, "token block");
-    st->scan_temp = device_alloc<std::byte>(scan_bytes, "scan temp");
+    st->x = device_scratch<float>(n, "x");
+    st->xT = device_scratch<float>(n, "xT");
+    st->runT = device_scratch<float>(n, "runT");
+    st->z = device_scratch<float>(2 * n, "z");
+    st->u = device_scratch<float>(n, "u");
+    st->keys = device_scratch<std::int32_t>(n, "keys");
+    st->ints = device_scratch<std::int32_t>(4 * toks, "token block");
+    st->scan_temp = device_scratch<std::byte>(scan_bytes, "scan temp");
     st->scan_temp_size = scan_bytes;
     void* p = nullptr;
     cuda_check(cudaMallocHost(&p, 4 * toks * sizeof(std::int32_t)), "target_forward_gpu: cudaMallocHost");

@@ -500,18 +500,19 @@ else
     [[ $not_applicable == *" $name "* ]] && continue
     eval "argv=($args)"
     ((${#argv[@]})) || argv=("~[concurrent]~[device_wide]")
+    runnable=1
+    needs_cublas "$exe" && [[ -z $cublas_dir ]] && runnable=0
+    mapfile -t env_of < <(run_env "$exe")
     for tool in $tools_of; do
       [[ -n ${supported[$tool]:-} ]] || continue
-      if needs_cublas "$exe" && [[ -z $cublas_dir ]]; then result FAIL "$tool $name" "$no_cublas"; continue; fi
-      mapfile -t env_of < <(run_env "$exe")
+      if ((!runnable)); then result FAIL "$tool $name" "$no_cublas"; continue; fi
       id=sanitizer-$tool-$name
       launch "$id" 150 "$tool $name" env "${env_of[@]}" "$cs" --tool "$tool" $(tool_flags "$tool") --error-exitcode 99 --print-limit 20 "$exe" "${argv[@]}" &&
         ids+=("$tool $name $id plain")
     done
-    needs_cublas "$exe" && [[ -z $cublas_dir ]] && continue
-    if [[ -n ${supported[memcheck]:-} ]] && [[ -z $args ]] &&
-      [[ -n $(env $(run_env "$exe") timeout -k 5 30 "$exe" --list-test-names-only "[concurrent]" 2>/dev/null | grep -v '^ *$' | grep -v 'skipped\|test cases\|^Matching') ]]; then
-      mapfile -t env_of < <(run_env "$exe")
+    # Catch lists the [concurrent] case names, one a line (nothing else on success).
+    if ((runnable)) && [[ -n ${supported[memcheck]:-} ]] && [[ -z $args ]] &&
+      [[ -n $(env "${env_of[@]}" timeout -k 5 30 "$exe" --list-test-names-only "[concurrent]" 2>/dev/null | grep -v '^ *$') ]]; then
       id=sanitizer-memcheck-$name-concurrent
       launch "$id" 90 "memcheck $name [concurrent]" env "${env_of[@]}" CUDA_MODULE_LOADING=EAGER "$cs" --tool memcheck $(tool_flags memcheck) --error-exitcode 99 --print-limit 20 "$exe" "[concurrent]" &&
         ids+=("memcheck $name $id concurrent")
