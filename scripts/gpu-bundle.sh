@@ -127,7 +127,9 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 out=$(cd "$out" && pwd)
 bin_of() {  # target -> built file
-  find "$build" -type f -name "$1" -perm -u+x -not -path '*/CMakeFiles/*' | head -n 1
+  # (-quit, not | head: with pipefail and set -e, find killed by SIGPIPE
+  # after head took its line would end the script without a word.)
+  find "$build" -type f -name "$1" -perm -u+x -not -path '*/CMakeFiles/*' -print -quit
 }
 for exe in "${test_exes[@]}"; do cp "$exe" "$out/bin/"; done
 while IFS=$'\t' read -r name path; do cp "$path" "$out/bin/$name"; done <"$build/dflash-gpu-benchmarks.txt"
