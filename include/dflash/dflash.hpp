@@ -1,9 +1,9 @@
 #pragma once
 // Umbrella header: everything host-side, the ops included, so it needs CCCL
-// (dflash::ops); the host core alone is <dflash/pipeline.hpp> + <dflash/profile.hpp>
-// (dflash::dflash). CUDA-only pieces live in .cuh headers and are included
-// explicitly from .cu translation units.
-#include "dflash/detail/require_cccl.hpp"  // the ops and the ring control need CCCL (dflash::ops)
+// (target dflash::dflash); the host core alone is <dflash/pipeline.hpp> +
+// <dflash/profile.hpp> (dflash::core). CUDA-only pieces live in .cuh headers
+// and are included explicitly from .cu translation units.
+#include "dflash/detail/require_cccl.hpp"  // the ops and the ring control need CCCL
 #include "dflash/config.hpp"
 #include "dflash/version.hpp"
 #include "dflash/profile.hpp"

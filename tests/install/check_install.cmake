@@ -4,6 +4,8 @@
 #                         TU when CUDA_COMPILER is given) and runs; the installed
 #                         package must find CCCL where the build did (CCCL_DIR).
 #   -DMODE=add_subdirectory  the consumer adds dflash's SOURCE_DIR (with CUDA_COMPILER: a .cu TU).
+#   -DMODE=fetch_content  the consumer gets dflash with FetchContent from a tarball of what a
+#                         release carries (CMakeLists.txt, cmake/, include/, LICENSE).
 #   -DMODE=standalone_cccl   dflash configured against a CCCL 3 outside the toolkit
 #                         (a copy of CCCL_DIR's layout, as a CCCL release has it) with
 #                         -DCCCL_DIR, installed; the consumer must get that CCCL, not
@@ -19,8 +21,11 @@
 #                         looked for (and unreachable from the compiler); dflash configures
 #                         with its tests, builds and runs HOST_TESTS (a ;-list of test
 #                         targets), installs, and a consumer of dflash::dflash alone builds
-#                         and runs; find_package(dflash COMPONENTS ops) must fail naming
-#                         the missing CCCL. Slow (builds tests): run by .ci/run, not by ctest.
+#                         and runs; a TU with <dflash/dflash.hpp> linked to dflash::dflash must
+#                         fail to build naming the missing CCCL. Slow (builds tests): run by
+#                         .ci/run, not by ctest.
+# Every mode builds the consumer's TUs with -Wall -Wextra -Werror; find_package also checks
+# that COMPONENTS core loads dflash::core alone, without looking for CCCL.
 # Common: [-DMPI=ON: the consumer also uses dflash::mpi] -DWORK=scratch -DSOURCE=consumer dir -DCXX=compiler [-DCUDA_COMPILER=nvcc]
 #         [-DCUDA_ARCHS=90] -DCCCL_DIR=<the build's CCCL_DIR> -DSOURCE_DIR=dflash source
 file(REMOVE_RECURSE ${WORK})
@@ -102,7 +107,7 @@ if(MODE STREQUAL "no_cccl")
   if(NOT out MATCHES "100% tests passed, 0 tests failed out of ${n}\n")
     message(FATAL_ERROR "expected ${n} host tests to pass:\n${out}")
   endif()
-  list(APPEND consumer_args -DCONSUMER_OPS=OFF "-DCMAKE_CXX_FLAGS=${flags}")
+  list(APPEND consumer_args -DCONSUMER_FULL=OFF "-DCMAKE_CXX_FLAGS=${flags}")
   set(expect_cccl "")
 endif()
 
@@ -156,6 +161,15 @@ endif()
 
 if(MODE STREQUAL "add_subdirectory")
   list(APPEND consumer_args -DDFLASH_SOURCE_DIR=${SOURCE_DIR})
+elseif(MODE STREQUAL "fetch_content")
+  # What a release tarball holds, and nothing else: a file the build needs outside it fails here.
+  file(MAKE_DIRECTORY ${WORK}/release/dflash)
+  foreach(p CMakeLists.txt cmake include LICENSE)
+    file(COPY ${SOURCE_DIR}/${p} DESTINATION ${WORK}/release/dflash)
+  endforeach()
+  run("packing the release tarball" ${CMAKE_COMMAND} -E chdir ${WORK}/release
+      ${CMAKE_COMMAND} -E tar czf ${WORK}/dflash.tar.gz dflash)
+  list(APPEND consumer_args -DDFLASH_FETCH_URL=${WORK}/dflash.tar.gz)
 else()
   run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK}/prefix)
   if(NOT EXISTS ${WORK}/prefix/include/dflash/version.hpp)
@@ -167,7 +181,7 @@ endif()
 
 run("configuring the consumer" ${env} ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -G Ninja ${consumer_args})
 message(STATUS "${out}")
-if(expect_cccl AND NOT MODE STREQUAL "add_subdirectory")
+if(expect_cccl AND NOT MODE MATCHES "^(add_subdirectory|fetch_content)$")
   get_filename_component(expect_cccl "${expect_cccl}" ABSOLUTE)
   if(NOT out MATCHES "consumer: CCCL_DIR=([^\n]*)")
     message(FATAL_ERROR "the consumer did not report CCCL_DIR")
@@ -195,11 +209,30 @@ if(CUDA_COMPILER)
   # Built is what is checked (no device needed): run it only for its host part.
   run("running the CUDA consumer" ${WORK}/build/consumer_cuda)
 endif()
+if(MODE STREQUAL "find_package")
+  # COMPONENTS core: the core alone; dflash::dflash, and with it CCCL, is not looked for.
+  run("configuring a core-only consumer" ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build-core -G Ninja
+      -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCONSUMER_CORE_ONLY=ON -DCONSUMER_FULL=OFF)
+  if(out MATCHES "consumer: dflash::dflash defined" OR NOT out MATCHES "consumer: CCCL_DIR=\n")
+    message(FATAL_ERROR "find_package(dflash COMPONENTS core) loaded dflash::dflash or looked for CCCL:\n${out}")
+  endif()
+  if(expect_cccl)
+    # Installed with CCCL, used where CCCL cannot be found: a configure error that names it and the way out.
+    execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build-nocccl -G Ninja -DCMAKE_CXX_COMPILER=${CXX}
+                            -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_DISABLE_FIND_PACKAGE_CCCL=ON
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(rc EQUAL 0 OR NOT out MATCHES "dflash::dflash needs CCCL 3" OR NOT out MATCHES "COMPONENTS core")
+      message(FATAL_ERROR "find_package(dflash) where CCCL is not found: expected a configure error naming CCCL and COMPONENTS core, got (${rc}):\n${out}")
+    endif()
+  endif()
+endif()
 if(MODE STREQUAL "no_cccl")
-  # Asking for the ops of a dflash installed without CCCL: a configure error that says why.
-  execute_process(COMMAND ${env} ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build-ops -G Ninja ${consumer_args} -DCONSUMER_OPS=ON
+  # The umbrella header through dflash::dflash where dflash found no CCCL: a build error that says why.
+  run("configuring a consumer of the umbrella header" ${env} ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build-full -G Ninja
+      ${consumer_args} -DCONSUMER_FULL=ON)
+  execute_process(COMMAND ${env} ${CMAKE_COMMAND} --build ${WORK}/build-full --target consumer
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-  if(rc EQUAL 0 OR NOT out MATCHES "component ops: this dflash was installed from a build without CCCL")
-    message(FATAL_ERROR "find_package(dflash COMPONENTS ops) of a dflash without CCCL: expected a configure error naming the missing CCCL, got (${rc}):\n${out}")
+  if(rc EQUAL 0 OR NOT out MATCHES "dflash: this header needs CCCL 3")
+    message(FATAL_ERROR "<dflash/dflash.hpp> with dflash::dflash of a dflash without CCCL: expected a build error naming the missing CCCL, got (${rc}):\n${out}")
   endif()
 endif()

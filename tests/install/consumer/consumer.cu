@@ -1,6 +1,7 @@
-// A consumer's CUDA TU: nvcc must compile dflash's headers as C++20 with no
-// help from the consumer (dflash::dflash carries the flag).
-#include <dflash/profile.hpp>
+// A consumer's CUDA TU with the umbrella header: nvcc must compile all of
+// dflash's host headers as C++20 with no help from the consumer
+// (dflash::dflash carries the flag, and CCCL).
+#include <dflash/dflash.hpp>
 
 #include "version_check.hpp"
 

@@ -1,4 +1,4 @@
-// A host-core consumer: dflash::dflash alone, no CCCL and no CUDA toolkit
+// A host-core consumer: dflash::core alone, no CCCL and no CUDA toolkit
 // needed. A 3-stage pipeline, profiled, must deliver every item in order.
 #include <dflash/pipeline.hpp>
 #include <dflash/profile.hpp>
