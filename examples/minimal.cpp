@@ -7,7 +7,8 @@ using namespace dflash::literals;
 
 template <dflash::ProfilerPolicy P>  // a stage: instrumented once, profiled on demand
 struct Normalize {
-  [[no_unique_address]] dflash::profiler_ref<P> prof;
+  using keys = dflash::key_set<"normalize">;  // a misspelt key fails every build, NullProfiler's too
+  [[no_unique_address]] dflash::profiler_ref<P, keys> prof;
 
   void operator()(std::vector<float>& x) const {
     auto t = prof->scope("normalize"_key);

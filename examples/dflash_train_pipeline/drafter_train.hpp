@@ -41,7 +41,7 @@ struct drafter_train {
   drafter_train(const P& p, Drafter* d, TrainLog* l, Console* c, std::int64_t steps, double interval) noexcept
       : prof(p), drafter(d), log(l), console(c), total_steps(steps), progress_interval(interval) {}
 
-  [[no_unique_address]] dflash::profiler_ref<P> prof;
+  [[no_unique_address]] dflash::profiler_ref<P, keys> prof;  // keys checked in every build
   Drafter* drafter;
   TrainLog* log;
   Console* console;

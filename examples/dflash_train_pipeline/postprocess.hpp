@@ -38,7 +38,7 @@ struct postprocess {
 
   postprocess(const P& p, const Setup* s, device_postprocessor* dev) noexcept : prof(p), setup(s), device(dev) {}
 
-  [[no_unique_address]] dflash::profiler_ref<P> prof;
+  [[no_unique_address]] dflash::profiler_ref<P, keys> prof;  // keys checked in every build
   const Setup* setup;
   device_postprocessor* device = nullptr;  ///< the CUDA path's kernels and pinned buffers
   dflash::ops::tile_shape tile{128, 128};

@@ -52,7 +52,7 @@ struct target_forward {
     }
   }
 
-  [[no_unique_address]] dflash::profiler_ref<P> prof;
+  [[no_unique_address]] dflash::profiler_ref<P, keys> prof;  // keys checked in every build
   const Setup* setup;
 
   void operator()(Batch&& b, HsSlot<B>& slot, const dflash::device_stream<B>& s, std::size_t worker) {

@@ -125,11 +125,11 @@ inline void check_anchor_cells(std::int32_t batch, std::int32_t seq, std::string
   return detail::carve_anchors(nullptr, batch, seq).total;
 }
 
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 void select_anchors(const anchor_params& a, std::int32_t batch, std::int32_t seq, const std::int32_t* d_seq_lens,
                     const std::uint8_t* d_loss_mask, const std::int32_t* d_doc_ids, std::int32_t* d_anchors,
                     std::uint8_t* d_keep, void* d_temp, std::size_t temp_bytes, cudaStream_t stream,
-                    profiler_ref<P> prof = {}) {
+                    profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "gpu::select_anchors";
   ops::detail::check_anchor_args(a, batch, seq, op);

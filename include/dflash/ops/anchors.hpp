@@ -82,11 +82,11 @@ inline void check_anchor_args(const anchor_params& a, std::int32_t batch, std::i
 /// Host twin. loss_mask is [batch, seq]; doc_ids is empty (one document per
 /// row) or [batch, seq], non-decreasing within each row's valid prefix;
 /// seq_lens[b] in [0, seq]; anchors and keep are [batch, num_anchors].
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 void select_anchors(const anchor_params& a, std::int32_t batch, std::int32_t seq,
                     std::span<const std::int32_t> seq_lens, std::span<const std::uint8_t> loss_mask,
                     std::span<const std::int32_t> doc_ids, std::span<std::int32_t> anchors,
-                    std::span<std::uint8_t> keep, profiler_ref<P> prof = {}) {
+                    std::span<std::uint8_t> keep, profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "select_anchors";
   detail::check_anchor_args(a, batch, seq, op);
@@ -128,9 +128,9 @@ void select_anchors(const anchor_params& a, std::int32_t batch, std::int32_t seq
 
 /// One packed context (the layout the mask functions take: ops::doc_ids output): batch 1 with
 /// seq = seq_len = docs.size(); loss_mask is [S]; anchors and keep are [num_anchors].
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 void select_anchors(const anchor_params& a, const packed_docs& docs, std::span<const std::uint8_t> loss_mask,
-                    std::span<std::int32_t> anchors, std::span<std::uint8_t> keep, profiler_ref<P> prof = {}) {
+                    std::span<std::int32_t> anchors, std::span<std::uint8_t> keep, profiler_ref<P, K> prof = {}) {
   constexpr std::string_view op = "select_anchors";
   detail::require(docs.size() <= static_cast<std::size_t>(anchor_max_seq), op,
                   "the packed context has " + std::to_string(docs.size()) + " tokens, more than " +
@@ -142,9 +142,9 @@ void select_anchors(const anchor_params& a, const packed_docs& docs, std::span<c
 }
 
 /// A padded batch (pad_doc_ids): batch, seq and seq_lens come with the ids.
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 void select_anchors(const anchor_params& a, const padded_doc_ids& docs, std::span<const std::uint8_t> loss_mask,
-                    std::span<std::int32_t> anchors, std::span<std::uint8_t> keep, profiler_ref<P> prof = {}) {
+                    std::span<std::int32_t> anchors, std::span<std::uint8_t> keep, profiler_ref<P, K> prof = {}) {
   select_anchors(a, docs.batch, docs.seq, docs.seq_lens, loss_mask, docs.doc_id, anchors, keep, prof);
 }
 

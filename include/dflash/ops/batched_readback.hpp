@@ -197,8 +197,8 @@ class batched_readback {
 
   /// Enqueue gather + copy + event on `stream`; returns at once (after waiting
   /// for the oldest in-flight submission if all `depth` buffers are busy).
-  template <ProfilerPolicy P = NullProfiler>
-  [[nodiscard]] handle submit(stream_type stream = {}, profiler_ref<P> prof = {}) {
+  template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
+  [[nodiscard]] handle submit(stream_type stream = {}, profiler_ref<P, K> prof = {}) {
     using namespace dflash::literals;
     auto timer = prof->scope("readback"_key);
     const std::size_t idx = next_++ % entries_.size();

@@ -59,10 +59,10 @@ __global__ void __launch_bounds__(Threads)
 
 /// Builds the block-sparse mask into device arrays laid out as block_sparse_view
 /// (num_q_tiles = tiles_for(N*B, tile.q), num_kv_tiles = tiles_for(S+N*B, tile.kv)).
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 void build_block_mask(const block_mask_params& p, tile_shape t, const std::int32_t* d_pos,
                       const std::int32_t* d_anchors, const std::uint8_t* d_keep, block_sparse_view d_out,
-                      cudaStream_t stream, profiler_ref<P> prof = {}) {
+                      cudaStream_t stream, profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "gpu::build_block_mask";
   ops::detail::check_mask_params(p, op);

@@ -346,10 +346,10 @@ struct block_sparse_mask {
 /// Host builder into caller-owned arrays. `docs` is the context's packed layout (ops::doc_ids
 /// output): doc ids non-decreasing, pos restarting at 0 exactly where the id changes (checked).
 /// Valid anchors must lie in [0, S); invalid slots' anchors are ignored.
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 void build_block_mask(const block_mask_params& p, tile_shape t, const packed_docs& docs,
                       std::span<const std::int32_t> anchors, std::span<const std::uint8_t> keep, block_sparse_view out,
-                      profiler_ref<P> prof = {}) {
+                      profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "build_block_mask";
   detail::check_mask_params(p, op);
@@ -378,10 +378,10 @@ void build_block_mask(const block_mask_params& p, tile_shape t, const packed_doc
 }
 
 /// Host builder, allocating the result; the mask carries its element rule (mod()).
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 [[nodiscard]] block_sparse_mask build_block_mask(const block_mask_params& p, tile_shape t, const packed_docs& docs,
                                                  std::span<const std::int32_t> anchors,
-                                                 std::span<const std::uint8_t> keep, profiler_ref<P> prof = {}) {
+                                                 std::span<const std::uint8_t> keep, profiler_ref<P, K> prof = {}) {
   detail::check_mask_params(p, "build_block_mask");
   detail::check_tiles(t, "build_block_mask");
   block_sparse_mask m = block_sparse_mask::allocate(p, t);

@@ -69,10 +69,10 @@ inline doc_ids_temp carve_doc_ids(void* base, std::int32_t n_docs, std::int32_t 
   return detail::carve_doc_ids(nullptr, n_docs, n_tokens).total;
 }
 
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 void doc_ids(const std::int32_t* d_lengths, std::int32_t n_docs, std::int32_t* d_doc_id, std::int32_t* d_pos,
              std::int32_t n_tokens, void* d_temp, std::size_t temp_bytes, cudaStream_t stream,
-             profiler_ref<P> prof = {}) {
+             profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "gpu::doc_ids";
   ops::detail::require_non_negative(n_docs, op, "n_docs");

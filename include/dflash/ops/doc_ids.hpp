@@ -67,9 +67,9 @@ void doc_ids_thrust(ExecPolicy&& exec, const std::int32_t* lengths, std::int32_t
 }
 
 /// Host twin. Checks: lengths >= 0, sum fits int32, doc_id.size() == pos.size() == sum.
-template <ProfilerPolicy P = NullProfiler>
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
 void doc_ids(std::span<const std::int32_t> lengths, std::span<std::int32_t> doc_id, std::span<std::int32_t> pos,
-             profiler_ref<P> prof = {}) {
+             profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "doc_ids";
   const std::int32_t total = detail::checked_total(lengths, -1, op);
@@ -82,8 +82,8 @@ void doc_ids(std::span<const std::int32_t> lengths, std::span<std::int32_t> doc_
 }
 
 /// Host twin, allocating the outputs (doc_ids_result, the packed layout: see doc_layout.hpp).
-template <ProfilerPolicy P = NullProfiler>
-[[nodiscard]] doc_ids_result doc_ids(std::span<const std::int32_t> lengths, profiler_ref<P> prof = {}) {
+template <ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
+[[nodiscard]] doc_ids_result doc_ids(std::span<const std::int32_t> lengths, profiler_ref<P, K> prof = {}) {
   const std::int32_t total = detail::checked_total(lengths, -1, "doc_ids");
   doc_ids_result r{std::vector<std::int32_t>(static_cast<std::size_t>(total)),
                    std::vector<std::int32_t>(static_cast<std::size_t>(total))};

@@ -119,20 +119,20 @@ inline void cu_seqlens(const std::int32_t* d_lengths, std::int32_t batch, std::i
   detail::check(cub::DeviceScan::InclusiveSum(d_temp, bytes, d_lengths, d_cu + 1, batch, stream), "cu_seqlens: scan");
 }
 
-template <class T, ProfilerPolicy P = NullProfiler>
+template <class T, ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
   requires std::is_trivially_copyable_v<T>
 void pack_hidden_states(const T* d_padded, const hidden_shape& shape, const std::int32_t* d_cu, T* d_packed,
-                        cudaStream_t stream, profiler_ref<P> prof = {}) {
+                        cudaStream_t stream, profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   (void)ops::detail::check_shape_elements<T>(shape, "gpu::pack_hidden_states");
   auto timer = prof->scope("pack_hidden_states"_key);
   detail::launch_copy_rows<true>(d_padded, d_packed, d_cu, shape, stream);
 }
 
-template <class T, ProfilerPolicy P = NullProfiler>
+template <class T, ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys>
   requires std::is_trivially_copyable_v<T>
 void unpack_hidden_states(const T* d_packed, const std::int32_t* d_cu, const hidden_shape& shape, T* d_padded,
-                          cudaStream_t stream, profiler_ref<P> prof = {}) {
+                          cudaStream_t stream, profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   (void)ops::detail::check_shape_elements<T>(shape, "gpu::unpack_hidden_states");
   auto timer = prof->scope("unpack_hidden_states"_key);

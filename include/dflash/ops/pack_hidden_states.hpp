@@ -120,12 +120,12 @@ using element_or_t = typename std::conditional_t<std::is_void_v<Explicit>, std::
 /// written); cu_seqlens.size() == batch+1. Returns the token count.
 /// padded and packed are any contiguous ranges of the same trivially copyable T (std::vector,
 /// std::span, std::array, ...); T is deduced, or may be given: pack_hidden_states<bf16>(...).
-template <class T = void, ProfilerPolicy P = NullProfiler, class Padded, class Packed,
+template <class T = void, ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys, class Padded, class Packed,
           class E = detail::element_or_t<T, Padded>>
   requires std::is_trivially_copyable_v<E> && detail::contiguous_of<Padded, E> &&
            detail::writable_contiguous_of<Packed, E>
 std::int32_t pack_hidden_states(Padded&& padded_in, const hidden_shape& shape, std::span<const std::int32_t> lengths,
-                                Packed&& packed_out, std::span<std::int32_t> cu, profiler_ref<P> prof = {}) {
+                                Packed&& packed_out, std::span<std::int32_t> cu, profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "pack_hidden_states";
   const std::span<const E> padded(padded_in);
@@ -154,12 +154,12 @@ std::int32_t pack_hidden_states(Padded&& padded_in, const hidden_shape& shape, s
 /// Inverse scatter: padded.size() == batch*seq*hidden; cu_seqlens valid for
 /// (batch, seq); packed.size() >= cu_seqlens[batch]*hidden. Padding is zeroed.
 /// Ranges as for pack_hidden_states.
-template <class T = void, ProfilerPolicy P = NullProfiler, class Packed, class Padded,
+template <class T = void, ProfilerPolicy P = NullProfiler, KeySet K = typename P::keys, class Packed, class Padded,
           class E = detail::element_or_t<T, Packed>>
   requires std::is_trivially_copyable_v<E> && detail::contiguous_of<Packed, E> &&
            detail::writable_contiguous_of<Padded, E>
 void unpack_hidden_states(Packed&& packed_in, std::span<const std::int32_t> cu, const hidden_shape& shape,
-                          Padded&& padded_out, profiler_ref<P> prof = {}) {
+                          Padded&& padded_out, profiler_ref<P, K> prof = {}) {
   using namespace dflash::literals;
   constexpr std::string_view op = "unpack_hidden_states";
   const std::span<const E> packed(packed_in);

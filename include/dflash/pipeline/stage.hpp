@@ -2,7 +2,8 @@
 // The Stage concept: what dflash::Pipeline runs on its threads.
 //
 // A stage is a plain class (usually a template on the profiler policy P that
-// holds `[[no_unique_address]] dflash::profiler_ref<P> prof;` for its own keys):
+// holds `[[no_unique_address]] dflash::profiler_ref<P, keys> prof;` for its
+// own keys, which checks them in every build):
 //
 //   template <class P>
 //   struct target_forward {

@@ -80,37 +80,114 @@ std::uint64_t checked_add_ns(std::string_view who, std::string_view key, std::ch
 template <class P>
 concept NullPolicy = ProfilerPolicy<P> && !P::enabled && std::is_empty_v<P>;
 
+namespace detail {
+template <class Spelling, bool Listed>
+struct declared_key_check {
+  static_assert(key_listed<Spelling, Listed>,
+                "dflash: this key is not among the keys the stage declared (profiler_ref<P, Keys>) — misspelt, "
+                "or add it to the stage's keys (the key's name is the key_named<...> argument)");
+};
+
+/// What `ref->f(k)` reaches through a profiler_ref that names the stage's
+/// keys: every key is checked against them at compile time, whatever the
+/// policy, so a misspelt key fails the NullProfiler build too. A temporary
+/// that forwards inline: no state beyond the policy's pointer, no instruction.
+template <class P, class Keys>
+class declared_keys_calls {
+ public:
+  constexpr explicit declared_keys_calls(const P* p) noexcept : p_(p) {}
+  constexpr const declared_keys_calls* operator->() const noexcept { return this; }
+
+  template <Key K>
+  constexpr auto begin(K k) const noexcept {
+    check<K>();
+    return p_->begin(k);
+  }
+  template <Key K, class Token>
+  constexpr void end(K k, Token&& t) const {
+    check<K>();
+    p_->end(k, std::forward<Token>(t));
+  }
+  template <Key K>
+  [[nodiscard]] constexpr auto scope(K k) const {
+    check<K>();
+    return p_->scope(k);
+  }
+  template <Key K, class D>
+  constexpr void add(K k, D d) const {
+    check<K>();
+    p_->add(k, d);
+  }
+  static constexpr bool enabled = P::enabled;
+
+ private:
+  template <class K>
+  static constexpr void check() noexcept {
+    if constexpr (!Keys::contains(K::name())) (void)declared_key_check<key_spelling<K>, false>{};
+  }
+  const P* p_;
+};
+}  // namespace detail
+
 /// How a stage holds its (usually shared) profiler. For an empty policy the
 /// handle is itself empty — a pointer would cost 8 bytes per stage — and
 /// `[[no_unique_address]] profiler_ref<P>` adds nothing to the stage.
-template <ProfilerPolicy P>
+///
+/// `profiler_ref<P, keys>` also names the keys the stage records (its
+/// `using keys = key_set<...>`): every key given through `ref->` is checked
+/// against them at compile time in every build, NullProfiler's included,
+/// where the policy alone (NullProfiler takes any key) would let a misspelt
+/// key through until the profiled build. `get()` is the unchecked policy.
+template <ProfilerPolicy P, KeySet Keys = typename P::keys>
 class profiler_ref {
+  static constexpr bool checks_keys = !std::is_same_v<Keys, typename P::keys>;
+
  public:
+  using keys = Keys;
   constexpr profiler_ref() noexcept = default;
   constexpr profiler_ref(const P& p) noexcept : p_(&p) {}
+  /// From a ref with other declared keys (a stage's handed to an op).
+  template <KeySet K2>
+    requires(!std::is_same_v<K2, Keys>)
+  constexpr profiler_ref(const profiler_ref<P, K2>& r) noexcept : p_(r ? &r.get() : nullptr) {}
 
   constexpr const P& get() const noexcept { return *p_; }
-  constexpr const P* operator->() const noexcept { return p_; }
+  constexpr auto operator->() const noexcept {
+    if constexpr (checks_keys) return detail::declared_keys_calls<P, Keys>(p_);
+    else return p_;
+  }
   constexpr explicit operator bool() const noexcept { return p_ != nullptr; }
 
  private:
   const P* p_ = nullptr;
 };
 
-template <ProfilerPolicy P>
+template <ProfilerPolicy P, KeySet Keys>
   requires std::is_empty_v<P>
-class profiler_ref<P> {
+class profiler_ref<P, Keys> {
+  static constexpr bool checks_keys = !std::is_same_v<Keys, typename P::keys>;
+
  public:
+  using keys = Keys;
   constexpr profiler_ref() noexcept = default;
   constexpr profiler_ref(const P&) noexcept {}
+  template <KeySet K2>
+    requires(!std::is_same_v<K2, Keys>)
+  constexpr profiler_ref(const profiler_ref<P, K2>&) noexcept {}
 
   constexpr const P& get() const noexcept { return instance_; }
-  constexpr const P* operator->() const noexcept { return &instance_; }
+  constexpr auto operator->() const noexcept {
+    if constexpr (checks_keys) return detail::declared_keys_calls<P, Keys>(&instance_);
+    else return &instance_;
+  }
   constexpr explicit operator bool() const noexcept { return true; }
 
  private:
   static constexpr P instance_{};
 };
+
+template <ProfilerPolicy P>
+profiler_ref(const P&) -> profiler_ref<P>;
 
 /// Name the calling thread for policies that label threads (TraceProfiler's
 /// track, e.g. "target_forward#2"; a Composite forwards to such members); a
