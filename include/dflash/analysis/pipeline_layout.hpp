@@ -17,10 +17,14 @@ enum class link_kind {
   queue,   ///< bounded_queue: `depth` items wait between the stages
   device,  ///< device_link: `depth` slots, each held from the producer's call until the consumer's call ends
   direct,  ///< direct_link: the consumer runs on the producer's threads (no queue)
+  rows,    ///< device_queue_link: rows of several items share a batch; no model (the analysis refuses)
 };
 
 inline constexpr std::string_view to_string(link_kind k) noexcept {
-  return k == link_kind::queue ? "queue" : k == link_kind::device ? "device" : "direct";
+  return k == link_kind::queue    ? "queue"
+         : k == link_kind::device ? "device"
+         : k == link_kind::direct ? "direct"
+                                  : "rows";
 }
 
 struct stage_layout {

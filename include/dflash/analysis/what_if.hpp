@@ -148,6 +148,13 @@ inline calibrated_model calibrate(const profile_snapshot& snap, const pipeline_l
   calibrated_model cm;
   cm.layout = lay;
   cm.misfit_limit = opt.misfit;
+  // The model follows items from stage to stage; across a rows link a batch
+  // holds rows of several items, so any number it gave would be wrong.
+  for (const auto& l : lay.links)
+    if (l.kind == link_kind::rows) {
+      cm.why_not = "no model for link '" + l.name + "' (a device_queue_link: its batches hold rows of several items, and the model follows items)";
+      return cm;
+    }
   const bottleneck_report b = find_bottleneck(snap, lay, opt.data);
   if (!b.ok) {
     cm.why_not = b.why_not;
