@@ -205,6 +205,29 @@ TEST_CASE("device_queue_link: several producers and consumers share one ring", "
   }
 }
 
+TEST_CASE("device_queue_link: a pop waits for the calls published before it, so exact calls fill whole batches",
+          "[device][rows]") {
+  // Every call pushes exactly BatchRows rows, slowly: a pop that did not wait
+  // for the published calls' work would find their rows unwritten and come back short.
+  watchdog wd("device_queue_link pop waits");
+  plan pl;
+  pl.bound = 16;
+  pl.zero_every = 0;
+  pl.exact_every = 1;
+  pl.slow_us = 500;
+  seen_rows seen;
+  auto shape = rows_pipeline<NullProfiler, 16>::default_shape();
+  shape.workers[1] = 2;
+  shape.workers[2] = 2;
+  rows_pipeline<NullProfiler, 16> p(shape, numbers<NullProfiler>{60}, produce<NullProfiler>{&pl},
+                                    consume<NullProfiler>{&seen, 16});
+  p.run();
+  p.join();
+  CHECK(check_rows(pl, 60, seen) == "");
+  CHECK(seen.batches.load() == 60);
+  CHECK(seen.short_batches.load() == 0);
+}
+
 TEST_CASE("device_queue_link: a call that pushes past MaxRowsPerPush fails the run, naming it", "[device][rows]") {
   watchdog wd("device_queue_link bound");
   plan pl;
