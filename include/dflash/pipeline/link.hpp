@@ -7,6 +7,8 @@
 //   links/queue.hpp   queue_link<Name, Depth>    a bounded host queue; each side has its own threads
 //   links/direct.hpp  direct_link<Name, Depth>   no queue: the consumer runs on the producer's threads
 //   links/device.hpp  device_link<Name, Depth>   device-resident slots moved in stream order
+//   links/device_queue.hpp  device_queue_link<Name, Capacity, MaxRowsPerPush, BatchRows>
+//                     rows whose counts only the device knows, in a ring in device memory
 //   mpi/net_link.hpp  mpi::net_link<Name, Depth> items between processes (MPI ranks)
 //
 // The answers:
