@@ -82,6 +82,12 @@ class row_queue {
     void* device = nullptr;                 // pushed counter or ticket, device memory
     void* pinned = nullptr;                 // its copy, host memory the device writes
     item_type item{};
+    // Flow stamps (the pipeline's, by record index) of a producer call are read
+    // by the consumer of a batch until it releases the batch: a pinned record
+    // is not reused, so no producer writes the stamp meanwhile.
+    int pins = 0;
+    bool parked = false;      // resolved while pinned: free once unpinned
+    record* stamp_of = nullptr;  // a batch: the producer call whose stamp it carries
   };
 
  public:
@@ -147,7 +153,8 @@ class row_queue {
       for (;;) {
         if (cancelled_) return std::nullopt;
         resolve_locked();
-        if (reserved_ + Bound <= cap_ + freed_) break;
+        // (records are the pipeline's stamp indices: fewer than the capacity)
+        if (reserved_ + Bound <= cap_ + freed_ && (!free_producers_.empty() || producers_.size() < cap_)) break;
         wait_locked(lk, s);
       }
       r = take_locked(producers_, free_producers_, sizeof(unsigned long long));
@@ -210,7 +217,7 @@ class row_queue {
     auto t = prof_.get().scope(pop_wait_key<Name>{});
     record* r = nullptr;
     std::vector<event> after;
-    std::optional<std::size_t> oldest;
+    record* oldest = nullptr;
     {
       std::unique_lock lk(m_);
       for (;;) {
@@ -231,9 +238,12 @@ class row_queue {
       for (auto& p : producers_)
         if (p->st == state::published) {
           after.push_back(p->ev);
-          oldest = std::min(oldest.value_or(p->index), p->index);
+          if (!oldest || p->index < oldest->index) oldest = p.get();
         }
+      if (!oldest) oldest = last_;  // something was published: it is resolved if none is pending
       r = take_locked(consumers_, free_consumers_, sizeof(ring_ticket));
+      r->stamp_of = oldest;
+      if (oldest) ++oldest->pins;
       *static_cast<ring_ticket*>(r->pinned) = ring_ticket{ring_status::empty, 0, 0};  // as for the producers' counts
       r->st = state::reading;
       ++popping_;
@@ -245,12 +255,13 @@ class row_queue {
       std::lock_guard lk(m_);
       --popping_;
       r->st = state::idle;
+      unpin_locked(std::exchange(r->stamp_of, nullptr));
       free_consumers_.push_back(r);
       throw;
     }
     r->item.push_ = {};
     r->item.batch_ = row_batch<Row>{static_cast<const Row*>(data_), cap_, static_cast<const ring_ticket*>(r->device)};
-    return slot_ref(r, oldest.value_or(last_index_));
+    return slot_ref(r, oldest ? oldest->index : 0);
   }
 
   /// The batch's rows go back to producers once the work `s` enqueued on
@@ -262,6 +273,7 @@ class row_queue {
     b_.record(r->ev, s.native());
     std::lock_guard lk(m_);
     r->st = state::released;
+    unpin_locked(std::exchange(r->stamp_of, nullptr));
     cv_.notify_all();
   }
 
@@ -324,9 +336,10 @@ class row_queue {
       reserved_ -= Bound - counted;
       published_ -= Bound - counted;
       pushed_ += counted;
-      last_index_ = p->index;
       p->st = state::idle;
-      free_producers_.push_back(p.get());
+      p->parked = true;
+      ++p->pins;  // the newest resolved call: a later batch may carry its stamp
+      unpin_locked(std::exchange(last_, p.get()));
     }
     for (auto& c : consumers_) {
       if (c->st != state::released) continue;
@@ -361,6 +374,12 @@ class row_queue {
     lk.lock();
   }
 
+  void unpin_locked(record* r) noexcept {
+    if (r && --r->pins == 0 && r->parked) {
+      r->parked = false;
+      free_producers_.push_back(r);
+    }
+  }
   void finish_unpublished(record* r) noexcept {
     std::lock_guard lk(m_);
     reserved_ -= Bound;
@@ -407,7 +426,7 @@ class row_queue {
   unsigned long long freed_ = 0;      // positions [0, freed_) released
   std::map<unsigned long long, unsigned long long> released_;  // released runs above freed_: first -> count
   std::size_t filling_ = 0, popping_ = 0, unresolved_ = 0;
-  std::size_t last_index_ = 0;
+  record* last_ = nullptr;  // the newest resolved producer call (pinned while it is)
   bool closed_ = false, cancelled_ = false;
 };
 
