@@ -289,8 +289,7 @@ class Composite : public detail::first_member_clock<P...> {
  private:
   template <Key K>
   static constexpr void check_key() noexcept {
-    if constexpr (!keys::contains(K::name()))
-      (void)detail::composite_key_check<detail::key_spelling<K>, false>{};
+    require_key<keys, K, detail::composite_key_check>();
   }
 
   // When every enabled member takes external times from one clock, the clock

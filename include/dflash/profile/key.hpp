@@ -149,13 +149,20 @@ struct composite_key_check {
                 "dflash: this key is not accepted by every enabled member of the Composite — misspelt, or "
                 "missing from one member's key_set (the key's name is the key_named<...> argument)");
 };
+template <class Spelling, bool Listed>
+struct declared_key_check {
+  static_assert(key_listed<Spelling, Listed>,
+                "dflash: this key is not among the keys the stage declared (profiler_ref<P, Keys>) — misspelt, "
+                "or add it to the stage's keys (the key's name is the key_named<...> argument)");
+};
 }  // namespace detail
 
-/// The compile-time check every stateful policy makes on every key it is given.
+/// The compile-time check every stateful policy makes on every key it is given
+/// (Check says whose key set it is: a profiler's, a Composite's, a stage's).
 /// The key is spelt out only when it is missing (no cost to a good key).
-template <KeySet Keys, Key K>
+template <KeySet Keys, Key K, template <class, bool> class Check = detail::key_check>
 constexpr void require_key() noexcept {
-  if constexpr (!Keys::contains(K::name())) (void)detail::key_check<detail::key_spelling<K>, false>{};
+  if constexpr (!Keys::contains(K::name())) (void)Check<detail::key_spelling<K>, false>{};
 }
 
 /// Concatenate key sets (e.g. a pipeline's keys with its stages' own keys).

@@ -81,13 +81,6 @@ template <class P>
 concept NullPolicy = ProfilerPolicy<P> && !P::enabled && std::is_empty_v<P>;
 
 namespace detail {
-template <class Spelling, bool Listed>
-struct declared_key_check {
-  static_assert(key_listed<Spelling, Listed>,
-                "dflash: this key is not among the keys the stage declared (profiler_ref<P, Keys>) — misspelt, "
-                "or add it to the stage's keys (the key's name is the key_named<...> argument)");
-};
-
 /// What `ref->f(k)` reaches through a profiler_ref that names the stage's
 /// keys: every key is checked against them at compile time, whatever the
 /// policy, so a misspelt key fails the NullProfiler build too. A temporary
@@ -100,31 +93,26 @@ class declared_keys_calls {
 
   template <Key K>
   constexpr auto begin(K k) const noexcept {
-    check<K>();
+    require_key<Keys, K, declared_key_check>();
     return p_->begin(k);
   }
   template <Key K, class Token>
   constexpr void end(K k, Token&& t) const {
-    check<K>();
+    require_key<Keys, K, declared_key_check>();
     p_->end(k, std::forward<Token>(t));
   }
   template <Key K>
   [[nodiscard]] constexpr auto scope(K k) const {
-    check<K>();
+    require_key<Keys, K, declared_key_check>();
     return p_->scope(k);
   }
   template <Key K, class D>
   constexpr void add(K k, D d) const {
-    check<K>();
+    require_key<Keys, K, declared_key_check>();
     p_->add(k, d);
   }
-  static constexpr bool enabled = P::enabled;
 
  private:
-  template <class K>
-  static constexpr void check() noexcept {
-    if constexpr (!Keys::contains(K::name())) (void)declared_key_check<key_spelling<K>, false>{};
-  }
   const P* p_;
 };
 }  // namespace detail
