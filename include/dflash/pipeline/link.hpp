@@ -71,9 +71,9 @@ struct no_endpoint {};
 /// The plain answers most link kinds give, as a base: the name and default
 /// depth, "<Name>.push_wait" / "<Name>.pop_wait" keys, where the consumer
 /// runs, what crosses, whether it joins processes, how the analysis models it,
-/// no requirement beyond matching types, and closing as the endpoint's own
-/// close(). A kind derives from it and adds its endpoint, open and cancel (and
-/// may hide any answer).
+/// no requirement beyond matching types, and closing and cancelling as the
+/// endpoint's own close() and cancel(). A kind derives from it and adds its
+/// endpoint and open (and may hide any answer).
 template <fixed_string Name, std::size_t Depth, class ConsumerThreads, class Carries, bool CrossesProcesses,
           analysis::link_kind Model>
 struct link_answers {
@@ -91,6 +91,10 @@ struct link_answers {
   template <class E>
   static void close(E& e) noexcept {
     e.close();
+  }
+  template <class E>
+  static void cancel(E& e) noexcept {
+    e.cancel();
   }
 };
 

@@ -30,10 +30,6 @@ struct device_link : link_answers<Name, Depth, consumer_on_own_threads, carries_
   static std::unique_ptr<endpoint<Item, P>> open(const Ctx& c) {
     return std::make_unique<endpoint<Item, P>>(*c.backend, c.depth, c.prof);
   }
-  template <class E>
-  static void cancel(E& e) noexcept {
-    e.cancel();
-  }
   // The backend a slot of T lives on; the first use checks that T is a device item
   // (so that check() needs nothing more).
   template <class T>

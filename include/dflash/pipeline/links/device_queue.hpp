@@ -47,11 +47,10 @@ struct device_queue_link : link_answers<Name, Capacity, consumer_on_own_threads,
   static_assert(Capacity >= 1 && Capacity <= ring_control::max_capacity,
                 "dflash::device_queue_link<Name, Capacity, MaxRowsPerPush, BatchRows>: Capacity (rows) must be "
                 "between 1 and ring_control::max_capacity");
-  static_assert(MaxRowsPerPush >= 1, "dflash::device_queue_link: MaxRowsPerPush must be at least 1");
+  // (MaxRowsPerPush >= 1 and BatchRows >= 1: row_queue, the endpoint, asserts them)
   static_assert(MaxRowsPerPush <= Capacity,
                 "dflash::device_queue_link: MaxRowsPerPush must not exceed Capacity (one producer call's rows must "
                 "fit the ring)");
-  static_assert(BatchRows >= 1, "dflash::device_queue_link: BatchRows must be at least 1");
   static constexpr std::uint32_t max_rows_per_push = MaxRowsPerPush;
   static constexpr std::uint32_t batch_rows = BatchRows;
 
@@ -73,10 +72,6 @@ struct device_queue_link : link_answers<Name, Capacity, consumer_on_own_threads,
   template <class Item, class P, class Ctx>
   static std::unique_ptr<endpoint<Item, P>> open(const Ctx& c) {
     return std::make_unique<endpoint<Item, P>>(*c.backend, c.depth, c.prof);
-  }
-  template <class E>
-  static void cancel(E& e) noexcept {
-    e.cancel();
   }
 };
 
