@@ -222,11 +222,11 @@ class row_queue {
       std::unique_lock lk(m_);
       for (;;) {
         if (cancelled_) return std::nullopt;
-        resolve_locked();
+        const std::size_t unresolved = resolve_locked();
         const long long room = static_cast<long long>(published_) - static_cast<long long>(popped_) -
                                static_cast<long long>(Batch) * static_cast<long long>(popping_);
         if (room > 0) break;
-        if (closed_ && filling_ == 0 && popping_ == 0 && unresolved_ == 0) {
+        if (closed_ && filling_ == 0 && popping_ == 0 && unresolved == 0) {
           if (popped_ != pushed_)  // cannot happen while the ring's own count holds; say so if it does not
             throw std::logic_error("dflash::device_queue_link<\"" + std::string(Name.view()) + "\">: " +
                                    std::to_string(pushed_) + " rows pushed, " + std::to_string(popped_) +
@@ -318,12 +318,13 @@ class row_queue {
   }
 
   // Calls whose event completed: their counts, read from the pinned copies.
-  void resolve_locked() {
-    unresolved_ = 0;
+  // Returns how many published calls are still running.
+  std::size_t resolve_locked() {
+    std::size_t unresolved = 0;
     for (auto& p : producers_) {
       if (p->st != state::published) continue;
       if (!b_.query(p->ev)) {
-        ++unresolved_;
+        ++unresolved;
         continue;
       }
       const unsigned long long n = *static_cast<const unsigned long long*>(p->pinned);
@@ -356,22 +357,17 @@ class row_queue {
       free_consumers_.push_back(c.get());
     }
     if (error_) std::rethrow_exception(error_);
+    return unresolved;
   }
   // Blocked: nothing the host can learn without the device. Poll (a wait on an
   // event would block a host thread on the device for longer than the next
   // publish or release may need), and stop on the caller's stream's error:
   // a failed stream skips its copies, so the counts it owed never come, and
   // a thread waiting for them would wait forever.
+  // (check() never blocks and the streams' work never takes m_: it may run under the lock.)
   void wait_locked(std::unique_lock<std::mutex>& lk, const stream_type& s) {
+    b_.check(s.native());
     cv_.wait_for(lk, std::chrono::microseconds(50));
-    lk.unlock();
-    try {
-      b_.check(s.native());
-    } catch (...) {
-      lk.lock();
-      throw;
-    }
-    lk.lock();
   }
 
   void unpin_locked(record* r) noexcept {
@@ -425,7 +421,7 @@ class row_queue {
   unsigned long long popped_ = 0;     // rows of completed pops
   unsigned long long freed_ = 0;      // positions [0, freed_) released
   std::map<unsigned long long, unsigned long long> released_;  // released runs above freed_: first -> count
-  std::size_t filling_ = 0, popping_ = 0, unresolved_ = 0;
+  std::size_t filling_ = 0, popping_ = 0;
   record* last_ = nullptr;  // the newest resolved producer call (pinned while it is)
   bool closed_ = false, cancelled_ = false;
 };
