@@ -155,6 +155,20 @@ std::string check_rows(const plan& pl, int items, seen_rows& s) {
   return {};
 }
 
+// Runs the default pipeline over `items` calls: what join() threw, or "" if it did not.
+std::string join_error(const plan& pl, int items) {
+  seen_rows seen;
+  rows_pipeline<NullProfiler> p(numbers<NullProfiler>{items}, produce<NullProfiler>{&pl},
+                                consume<NullProfiler>{&seen, static_cast<int>(batch_rows)});
+  p.run();
+  try {
+    p.join();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
 }  // namespace
 
 static_assert(dflash::PipelineLink<dflash::device_queue_link<"rows", 64, 16, 8>>);
@@ -233,11 +247,7 @@ TEST_CASE("device_queue_link: a call that pushes past MaxRowsPerPush fails the r
   plan pl;
   pl.bound = 16;
   pl.over_at = 7;  // pushes 17 rows through a link declared for 16
-  seen_rows seen;
-  rows_pipeline<NullProfiler> p(numbers<NullProfiler>{30}, produce<NullProfiler>{&pl},
-                                consume<NullProfiler>{&seen, static_cast<int>(batch_rows)});
-  p.run();
-  CHECK_THROWS_WITH(p.join(), Catch::Contains("pushed 17 rows, more than MaxRowsPerPush = 16"));
+  CHECK_THAT(join_error(pl, 30), Catch::Contains("pushed 17 rows, more than MaxRowsPerPush = 16"));
 }
 
 TEST_CASE("device_queue_link: a producer's work that throws after pushing some rows fails the run", "[device][rows]") {
@@ -247,11 +257,7 @@ TEST_CASE("device_queue_link: a producer's work that throws after pushing some r
   pl.zero_every = 0;
   pl.exact_every = 1;
   pl.throw_at = 11;
-  seen_rows seen;
-  rows_pipeline<NullProfiler> p(numbers<NullProfiler>{40}, produce<NullProfiler>{&pl},
-                                consume<NullProfiler>{&seen, static_cast<int>(batch_rows)});
-  p.run();
-  CHECK_THROWS_WITH(p.join(), Catch::Contains("enqueued work failed at call 11"));
+  CHECK_THAT(join_error(pl, 40), Catch::Contains("enqueued work failed at call 11"));
 }
 
 TEST_CASE("device_queue_link: bad capacity is a clear error", "[device][rows]") {
