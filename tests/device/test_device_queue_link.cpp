@@ -54,6 +54,8 @@ struct plan {
   int exact_every = 3;         // every k-th call pushes exactly `bound`
   int over_at = -1;            // this call pushes bound + 1 rows (a contract violation)
   int throw_at = -1;           // this call's work throws after pushing half its rows
+  int miscount_at = -1;        // this call's work counts 3 rows it never pushes (row_pusher::count misused)
+  int fail_at = -1;            // this call's work marks a push failed (what a full ring makes warp_push do)
   int slow_us = 0;             // work sleeps up to this long
   bool chunked = false;        // push a call's rows in one push(rows, n)
   int rows_of(int x) const {
@@ -83,7 +85,8 @@ struct produce {  // host -> rows
   void operator()(int&& x, rows& out, const DS& s) const {
     const int n = pl->rows_of(x);
     const auto push = out.pusher();
-    const bool chunked = pl->chunked, boom = x == pl->throw_at;
+    const bool chunked = pl->chunked, boom = x == pl->throw_at, miscount = x == pl->miscount_at,
+               failed = x == pl->fail_at;
     const int slow = pl->slow_us > 0 ? (x * 37) % (pl->slow_us + 1) : 0;
     s.enqueue([=] {
       if (slow) std::this_thread::sleep_for(std::chrono::microseconds(slow));
@@ -99,6 +102,8 @@ struct produce {  // host -> rows
         }
       }
       if (boom) throw std::runtime_error("enqueued work failed at call " + std::to_string(x));
+      if (miscount) push.count(3);
+      if (failed) push.fail();
     });
   }
 };
@@ -258,6 +263,17 @@ TEST_CASE("device_queue_link: a producer's work that throws after pushing some r
   pl.exact_every = 1;
   pl.throw_at = 11;
   CHECK_THAT(join_error(pl, 40), Catch::Contains("enqueued work failed at call 11"));
+}
+
+TEST_CASE("device_queue_link: counts that do not match the rows fail the run, never hang it", "[device][rows]") {
+  watchdog wd("device_queue_link miscount");
+  plan pl;
+  pl.bound = 8;  // room for the 3 extra rows: only the end can tell
+  pl.miscount_at = 5;
+  CHECK_THAT(join_error(pl, 20), Catch::Contains("the ring is empty with") && Catch::Contains("row_pusher::count"));
+  plan failed;
+  failed.fail_at = 3;
+  CHECK_THAT(join_error(failed, 20), Catch::Contains("did not fit the ring; its rows are lost"));
 }
 
 TEST_CASE("device_queue_link: bad capacity is a clear error", "[device][rows]") {

@@ -1,7 +1,7 @@
 // device_queue_link on a real GPU (cuda_backend); kernels in test_device_queue_link_gpu.cu:
-// producer kernels push a data-dependent number of rows with one
-// warp-aggregated reservation (cub::WarpReduce + ring_control), some after a
-// spin; consumer kernels tally their batch (count read on the device); at the
+// producer kernels push a data-dependent number of rows with one reservation
+// per warp or per block (warp_push / block_push: cub::WarpReduce / BlockReduce
+// + ring_control), some after a spin; consumer kernels tally their batch (count read on the device); at the
 // end every row is there exactly once, and the host waited on no event. Without a
 // device the shared main reports "skipped" (exit 77).
 #include <catch2/catch.hpp>

@@ -12,8 +12,8 @@
 //
 // Both views are trivially copyable: pass them to a kernel by value (or
 // capture them in the host twin's enqueued work). Warp- and block-aggregated
-// pushes and the packed enqueue of padded rows (cub::WarpScan / BlockScan /
-// DeviceScan) are in device/device_rows.cuh.
+// pushes (cub::WarpReduce / BlockReduce, one reservation per group) are in
+// device/device_rows.cuh.
 
 #include "dflash/detail/require_cccl.hpp"  // first: ring_control needs libcu++
 
@@ -29,32 +29,40 @@
 namespace dflash {
 
 /// Where a producer call pushes its rows. Every push counts the rows it was
-/// asked for, pushed or not, so a call that exceeds the link's bound is
-/// reported (the link reserved room for `bound` rows, and no more).
+/// asked for, so a call that exceeds the link's bound is reported (the link
+/// reserved room for `bound` rows, and no more); a push that did not fit
+/// also marks the count failed, so that its lost rows fail the run.
 template <class Row>
 struct row_pusher {
   ring_control ctl;
   Row* data = nullptr;
-  unsigned long long* pushed = nullptr;  ///< rows this call asked to push (device memory)
+  unsigned long long* pushed = nullptr;  ///< rows this call asked to push (device memory), | failed_bit
   std::uint32_t bound = 0;               ///< the most rows this call may push
 
-  /// One row; false if it did not fit (only past the bound).
+  static constexpr unsigned long long failed_bit = 1ull << 63;
+
+  /// One row; false if it did not fit (only past the bound: the run fails).
   DFLASH_HOST_DEVICE bool push(const Row& r) const noexcept { return push(&r, 1); }
-  /// n consecutive rows, all or none; false if they did not fit (only past the bound).
+  /// n consecutive rows, all or none; false if they did not fit (only past the bound: the run fails).
   DFLASH_HOST_DEVICE bool push(const Row* rows, std::uint32_t n) const noexcept {
-    counter().fetch_add(n, cuda::std::memory_order_relaxed);
+    count(n);
     const ring_ticket t = ctl.try_reserve_push(n);
-    if (t.status != ring_status::ok) return false;
+    if (t.status != ring_status::ok) {
+      fail();
+      return false;
+    }
     for (std::uint32_t i = 0; i < n; ++i) {
       data[ctl.slot(t.first + i)] = rows[i];
       ctl.publish(t.first + i);
     }
     return true;
   }
-  /// For aggregated pushes (device_rows.cuh): count n rows pushed by a group.
+  /// For aggregated pushes (device_rows.cuh): count n rows a group asked to push.
   DFLASH_HOST_DEVICE void count(std::uint64_t n) const noexcept {
     counter().fetch_add(n, cuda::std::memory_order_relaxed);
   }
+  /// For aggregated pushes: the group's rows did not fit.
+  DFLASH_HOST_DEVICE void fail() const noexcept { counter().fetch_or(failed_bit, cuda::std::memory_order_relaxed); }
 
  private:
   DFLASH_HOST_DEVICE cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> counter() const noexcept {

@@ -15,17 +15,24 @@
 // pinned copy. Until then it counts with upper bounds:
 //   * room: a producer may start when  reserved + Bound <= capacity + freed,
 //     where reserved sums every call so far (its count once known, its Bound
-//     before) and freed is the longest run of released positions from 0. The
-//     positions a call pushes lie below reserved + Bound, and their slots were
-//     last used by positions below freed, released before the host saw their
-//     event: so a push within Bound never finds the ring full. A call that
-//     pushed more than Bound is an error (its rows may not have fitted).
+//     before) and freed is the longest run of released positions from 0.
+//     reserved only falls and freed only rises between acquires, so at every
+//     moment the ring's enqueue position <= reserved <= capacity + freed: every
+//     slot a push within Bound needs was last used by a position below freed,
+//     released before the host saw its event, and the ring is never full for
+//     it. A call that pushed more than Bound, or whose push did not fit, is an
+//     error (its rows may be lost).
 //   * rows: a pop is issued while published - popped - Batch * pops_in_flight
 //     > 0 (an upper bound of the rows no pop in flight may take); the end is
 //     exact: closed, every call published and counted, every pop counted, and
 //     popped == pushed. A pop may find fewer rows than the bound promised (a
 //     call pushed fewer than Bound; an earlier call's rows not yet written);
-//     then its batch is short or empty, and the next pop takes the rest.
+//     then its batch is short or empty, and the next pop takes the rest. A pop
+//     issued once every count is known that comes back empty saw the ring
+//     empty: when the pops before it are counted, popped must equal pushed,
+//     or the counts lied (rows counted that no push delivered) and the run fails.
+// Once work is enqueued for a record, a failing call does not reuse it (the
+// work may still write it): the run fails and the queue is cancelled.
 // Blocked host time is "<Name>.push_wait" (no room) and "<Name>.pop_wait".
 //
 // One device: every stream on the ring's device (its memory is allocated there).
@@ -88,6 +95,7 @@ class row_queue {
     int pins = 0;
     bool parked = false;      // resolved while pinned: free once unpinned
     record* stamp_of = nullptr;  // a batch: the producer call whose stamp it carries
+    bool after_all_counted = false;  // a batch popped when every producer count was known
   };
 
  public:
@@ -180,13 +188,10 @@ class row_queue {
   /// before this) is done. false: cancelled.
   bool publish(slot_ref&& ref, const stream_type& s) {
     record* r = std::exchange(ref.r_, nullptr);
-    try {
-      b_.copy(r->pinned, r->device, sizeof(unsigned long long), s.native());
-      b_.record(r->ev, s.native());
-    } catch (...) {
-      finish_unpublished(r);
-      throw;
-    }
+    // On a throw the record stays filling, its room reserved: the call's work is
+    // enqueued and may still push, and the copy may still land.
+    b_.copy(r->pinned, r->device, sizeof(unsigned long long), s.native());
+    b_.record(r->ev, s.native());
     std::lock_guard lk(m_);
     r->st = state::published;
     published_ += Bound;
@@ -220,21 +225,21 @@ class row_queue {
     record* oldest = nullptr;
     {
       std::unique_lock lk(m_);
+      std::size_t unresolved = 0;  // published calls still running
       for (;;) {
         if (cancelled_) return std::nullopt;
-        const std::size_t unresolved = resolve_locked();
+        unresolved = resolve_locked();
+        if (seen_empty_ && popping_ == 0 && popped_ != pushed_) throw miscount();
         const long long room = static_cast<long long>(published_) - static_cast<long long>(popped_) -
                                static_cast<long long>(Batch) * static_cast<long long>(popping_);
         if (room > 0) break;
         if (closed_ && filling_ == 0 && popping_ == 0 && unresolved == 0) {
-          if (popped_ != pushed_)  // cannot happen while the ring's own count holds; say so if it does not
-            throw std::logic_error("dflash::device_queue_link<\"" + std::string(Name.view()) + "\">: " +
-                                   std::to_string(pushed_) + " rows pushed, " + std::to_string(popped_) +
-                                   " popped at the end");
+          if (popped_ != pushed_) throw miscount();
           return std::nullopt;
         }
         wait_locked(lk, s);
       }
+      const bool all_counted = closed_ && filling_ == 0 && unresolved == 0;
       for (auto& p : producers_)
         if (p->st == state::published) {
           after.push_back(p->ev);
@@ -243,22 +248,16 @@ class row_queue {
       if (!oldest) oldest = last_;  // something was published: it is resolved if none is pending
       r = take_locked(consumers_, free_consumers_, sizeof(ring_ticket));
       r->stamp_of = oldest;
+      r->after_all_counted = all_counted;
       if (oldest) ++oldest->pins;
       *static_cast<ring_ticket*>(r->pinned) = ring_ticket{ring_status::empty, 0, 0};  // as for the producers' counts
       r->st = state::reading;
       ++popping_;
     }
-    try {
-      for (event e : after) b_.wait(s.native(), e);
-      row_ring_ops<B>::pop(b_, ctl_, Batch, static_cast<ring_ticket*>(r->device), s.native());
-    } catch (...) {
-      std::lock_guard lk(m_);
-      --popping_;
-      r->st = state::idle;
-      unpin_locked(std::exchange(r->stamp_of, nullptr));
-      free_consumers_.push_back(r);
-      throw;
-    }
+    // On a throw the record stays out of use: the pop op may be enqueued (it
+    // reports a launch error after the launch), and its rows are the failed run's.
+    for (event e : after) b_.wait(s.native(), e);
+    row_ring_ops<B>::pop(b_, ctl_, Batch, static_cast<ring_ticket*>(r->device), s.native());
     r->item.push_ = {};
     r->item.batch_ = row_batch<Row>{static_cast<const Row*>(data_), cap_, static_cast<const ring_ticket*>(r->device)};
     return slot_ref(r, oldest ? oldest->index : 0);
@@ -267,7 +266,7 @@ class row_queue {
   /// The batch's rows go back to producers once the work `s` enqueued on
   /// them is done.
   void release(slot_ref&& ref, const stream_type& s) {
-    record* r = std::exchange(ref.r_, nullptr);
+    record* r = std::exchange(ref.r_, nullptr);  // (on a throw it stays reading, as in pop)
     row_ring_ops<B>::release(b_, ctl_, static_cast<const ring_ticket*>(r->device), s.native());
     b_.copy(r->pinned, r->device, sizeof(ring_ticket), s.native());
     b_.record(r->ev, s.native());
@@ -327,12 +326,17 @@ class row_queue {
         ++unresolved;
         continue;
       }
-      const unsigned long long n = *static_cast<const unsigned long long*>(p->pinned);
+      const unsigned long long word = *static_cast<const unsigned long long*>(p->pinned);
+      const unsigned long long n = word & ~row_pusher<Row>::failed_bit;
       if (n > Bound && !error_)
         error_ = std::make_exception_ptr(std::runtime_error(
             "dflash::device_queue_link<\"" + std::string(Name.view()) + "\">: a producer call pushed " +
             std::to_string(n) + " rows, more than MaxRowsPerPush = " + std::to_string(Bound) +
             "; the link reserved room for " + std::to_string(Bound) + ", so rows past it may have been lost"));
+      if ((word & row_pusher<Row>::failed_bit) && !error_)
+        error_ = std::make_exception_ptr(std::runtime_error(
+            "dflash::device_queue_link<\"" + std::string(Name.view()) + "\">: a push of a producer call (" +
+            std::to_string(n) + " rows asked) did not fit the ring; its rows are lost"));
       const unsigned long long counted = std::min<unsigned long long>(n, Bound);
       reserved_ -= Bound - counted;
       published_ -= Bound - counted;
@@ -347,6 +351,7 @@ class row_queue {
       if (!b_.query(c->ev)) continue;
       const ring_ticket tk = *static_cast<const ring_ticket*>(c->pinned);
       popped_ += tk.count;
+      if (c->after_all_counted && tk.count == 0) seen_empty_ = true;
       if (tk.count > 0) released_[tk.first] = tk.count;
       for (auto it = released_.find(freed_); it != released_.end(); it = released_.find(freed_)) {
         freed_ += it->second;
@@ -370,6 +375,11 @@ class row_queue {
     cv_.wait_for(lk, std::chrono::microseconds(50));
   }
 
+  std::logic_error miscount() const {
+    return std::logic_error("dflash::device_queue_link<\"" + std::string(Name.view()) + "\">: the ring is empty with " +
+                            std::to_string(pushed_) + " rows counted and " + std::to_string(popped_) +
+                            " popped (a group counted rows it did not push: row_pusher::count)");
+  }
   void unpin_locked(record* r) noexcept {
     if (r && --r->pins == 0 && r->parked) {
       r->parked = false;
@@ -424,6 +434,7 @@ class row_queue {
   std::size_t filling_ = 0, popping_ = 0;
   record* last_ = nullptr;  // the newest resolved producer call (pinned while it is)
   bool closed_ = false, cancelled_ = false;
+  bool seen_empty_ = false;  // a pop issued once every count was known found no row
 };
 
 }  // namespace dflash
