@@ -177,7 +177,8 @@ std::string join_error(const plan& pl, int items) {
 }  // namespace
 
 static_assert(dflash::PipelineLink<dflash::device_queue_link<"rows", 64, 16, 8>>);
-static_assert(dflash::device_queue_link<"rows", 64, 16, 8>::model == dflash::analysis::link_kind::rows);
+static_assert(!dflash::device_queue_link<"rows", 64, 16, 8>::model({}).modelled());
+static_assert(std::is_same_v<dflash::device_queue_link<"rows", 64, 16, 8>::delivery, dflash::delivers_rows_once>);
 
 TEST_CASE("device_queue_link: every row once, across calls, with no host wait per item", "[device][rows]") {
   watchdog wd("device_queue_link matrix", 120s);

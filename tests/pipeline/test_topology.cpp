@@ -64,8 +64,17 @@ static_assert(!T::fused_at<0> && T::fused_at<1>);
 static_assert(!T::fused_in<1>() && T::fused_out<1>() && T::fused_in<2>());
 static_assert(T::segment_first<2>() == 1 && T::segment_last<1>() == 2 && T::segment_last<0>() == 0);
 static_assert(!T::has_device_links && T::sequenced && !T::device_stage<0> && !T::device_stage<2>);
-// 3 stages x wait/work + 2 links x 2, and the flow rows: 2 stages x age/age_clock_backwards + the sink's e2e
-static_assert(dflash::detail::topology_keys<T>::type::size == 10 + 5);
+// 3 stages x wait/work + the queue link's push/pop waits + the direct link's push_wait (it has no
+// pop), and the flow rows: 2 stages x age/age_clock_backwards + the sink's e2e
+static_assert(dflash::detail::topology_keys<T>::type::size == 9 + 5);
+// What a kind's check<Site>() sees of the place it was put in (link_site.hpp).
+using site0 = dflash::link_site<T, 0>;
+using site1 = dflash::link_site<T, 1>;
+static_assert(std::is_same_v<site0::producer, numbers> && std::is_same_v<site0::consumer, twice>);
+static_assert(site0::producer_is_source && !site0::consumer_is_sink && site1::consumer_is_sink);
+static_assert(site0::consumer_workers == 3 && site0::in_order_downstream && !site0::consumer_in_order);
+static_assert(site1::consumer_in_order && site1::numbered && !site1::carries_pending && !site1::crosses_processes);
+static_assert(!site1::source_reaches_consumer_directly);  // the queue link before stage 1 ends the segment
 
 using D = dflash::detail::topology<numbers, dflash::queue_link<"in", 2>, fill, dflash::device_link<"dev", 2>, read,
                                    dflash::queue_link<"out", 2>, collect>;
@@ -73,6 +82,8 @@ static_assert(D::has_device_links && std::is_same_v<D::backend_type, B> && !D::s
 static_assert(!D::device_stage<0> && D::device_stage<1> && D::device_stage<2> && !D::device_stage<3>);
 static_assert(D::slots_at<1> && !D::slots_at<0> && D::output_slot<1>() && D::input_slot<2>());
 static_assert(D::pending_at<2> && !D::pending_at<0> && !D::pending_at<1>);
+static_assert(dflash::link_site<D, 2>::carries_pending && dflash::link_site<D, 2>::producer_on_device &&
+              !dflash::link_site<D, 2>::consumer_on_device && !dflash::link_site<D, 0>::in_order_downstream);
 // the device stages' keys include "<stage>.gpu", and (both after the source) "<stage>.age_gpu_end"
 static_assert(dflash::detail::topology_keys<D>::type::size == 4 * 2 + 2 + 3 * 2 + 3 * 2 + 1 + 2);
 static_assert(dflash::detail::topology_keys<D>::type::contains("fill.age_gpu_end") &&
@@ -97,8 +108,9 @@ struct counted_link {
   using keys = dflash::queue_keys<name>;
   using consumer_threads = dflash::consumer_on_own_threads;
   using carries = dflash::carries_values;
+  using delivery = dflash::delivers_each_once;
   static constexpr bool crosses_processes = false;
-  static constexpr dflash::analysis::link_kind model = dflash::analysis::link_kind::queue;
+  // (no model(): the analysis is told it has none, below)
   template <class Item, class P>
   using endpoint = counting_queue<Item, P>;
   template <class Item, class P, class Ctx>
@@ -114,7 +126,7 @@ struct counted_link {
   static void cancel(E& e) noexcept {
     e.close();
   }
-  template <class Topology, std::size_t L>
+  template <class Site>
   static consteval bool check() {
     return true;
   }
@@ -147,4 +159,5 @@ TEST_CASE("a link kind the library does not know runs in a pipeline: exactly onc
   CHECK(s.find("counted.push_wait")->count == 1000);
   CHECK(s.find("counted.pop_wait")->count == 1004);  // + each of 4 workers' final empty pop
   CHECK(q.layout().links[0].name == "counted");
+  CHECK_THAT(q.layout().links[0].no_model, Catch::Contains("answers no model"));
 }

@@ -13,19 +13,44 @@
 
 namespace dflash::analysis {
 
+/// How the analysis holds items between two stages.
 enum class link_kind {
-  queue,   ///< bounded_queue: `depth` items wait between the stages
-  device,  ///< device_link: `depth` slots, each held from the producer's call until the consumer's call ends
-  direct,  ///< direct_link: the consumer runs on the producer's threads (no queue)
-  rows,    ///< device_queue_link: rows of several items share a batch; no model (the analysis refuses)
+  queue,   ///< `depth` items wait between the stages (bounded_queue, net_link's credits)
+  device,  ///< `depth` slots, each held from the producer's call until the consumer's call ends
+  direct,  ///< the consumer runs on the producer's threads (no queue)
 };
 
 inline constexpr std::string_view to_string(link_kind k) noexcept {
-  return k == link_kind::queue    ? "queue"
-         : k == link_kind::device ? "device"
-         : k == link_kind::direct ? "direct"
-                                  : "rows";
+  return k == link_kind::queue ? "queue" : k == link_kind::device ? "device" : "direct";
 }
+
+/// What a link kind's model() is told about one link of a pipeline.
+struct link_facts {
+  std::size_t depth = 1;               ///< the shape's depth of the link
+  std::size_t producer_processes = 0;  ///< ranks its producer stage runs on (0: this process only)
+  std::size_t consumer_processes = 0;
+};
+
+/// A link kind's answer to "how does the analysis model you" (PipelineLink's
+/// optional `model(link_facts)`). A kind that cannot be modelled says why
+/// (none(...)); a kind that does not answer gets none as well: the what-if
+/// analysis then refuses to predict, naming the link, instead of modelling it
+/// as something it is not.
+struct link_model {
+  link_kind kind = link_kind::queue;
+  std::size_t depth = 1;      ///< items (or slots) the link holds between the stages
+  std::size_t items_out = 1;  ///< items_out leave for every items_in that enter
+  std::size_t items_in = 1;
+  bool crosses_processes = false;
+  std::string_view no_model{};  ///< non-empty: not modelled, and why
+
+  [[nodiscard]] static constexpr link_model none(std::string_view why) noexcept {
+    link_model m;
+    m.no_model = why;
+    return m;
+  }
+  [[nodiscard]] constexpr bool modelled() const noexcept { return no_model.empty(); }
+};
 
 struct stage_layout {
   std::string name;
@@ -38,6 +63,10 @@ struct link_layout {
   std::string name;
   link_kind kind = link_kind::queue;
   std::size_t depth = 1;
+  std::size_t items_out = 1;  ///< items leaving per items_in entering (1 / 1: each item once)
+  std::size_t items_in = 1;
+  bool crosses_processes = false;
+  std::string no_model{};  ///< non-empty: the link kind has no model, and why (what_if refuses)
 };
 
 struct pipeline_layout {
@@ -64,7 +93,7 @@ struct pipeline_layout {
     for (const auto& s : stages)
       if (s.workers == 0 || s.name.empty()) return false;
     for (const auto& l : links)
-      if (l.depth == 0 || l.name.empty()) return false;
+      if (l.depth == 0 || l.name.empty() || l.items_in == 0) return false;
     return true;
   }
 };

@@ -148,13 +148,19 @@ inline calibrated_model calibrate(const profile_snapshot& snap, const pipeline_l
   calibrated_model cm;
   cm.layout = lay;
   cm.misfit_limit = opt.misfit;
-  // The model follows items from stage to stage; across a rows link a batch
-  // holds rows of several items, so any number it gave would be wrong.
-  for (const auto& l : lay.links)
-    if (l.kind == link_kind::rows) {
-      cm.why_not = "no model for link '" + l.name + "' (a device_queue_link: its batches hold rows of several items, and the model follows items)";
+  // The model follows each item from stage to stage: across a link it has no
+  // model for, or one that drops or multiplies items, any number it gave would be wrong.
+  for (const auto& l : lay.links) {
+    if (!l.no_model.empty()) {
+      cm.why_not = "no model for link '" + l.name + "' (" + l.no_model + ")";
       return cm;
     }
+    if (l.items_out != l.items_in) {
+      cm.why_not = "no model for link '" + l.name + "': it passes " + std::to_string(l.items_out) + " item(s) for every " +
+                   std::to_string(l.items_in) + ", and the model follows each item once";
+      return cm;
+    }
+  }
   const bottleneck_report b = find_bottleneck(snap, lay, opt.data);
   if (!b.ok) {
     cm.why_not = b.why_not;

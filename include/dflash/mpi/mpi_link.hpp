@@ -91,8 +91,7 @@
 #include "dflash/mpi/job.hpp"
 #include "dflash/mpi/owned_sends.hpp"
 #include "dflash/mpi/wire.hpp"
-#include "dflash/pipeline/pipeline.hpp"
-#include "dflash/pipeline/stage.hpp"
+#include "dflash/pipeline/stop.hpp"
 #include "dflash/profile/profiler_policy.hpp"
 #include "dflash/queue/queue_keys.hpp"
 

@@ -113,13 +113,18 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
   template <class E>
   static void cancel(E&) noexcept {}
 
-  template <class Topology, std::size_t L>
+  // Credits of Depth items per producer rank are what it holds between the stages.
+  static constexpr analysis::link_model model(const analysis::link_facts& f) noexcept {
+    const std::size_t producers = f.producer_processes > 0 ? f.producer_processes : 1;
+    return {analysis::link_kind::queue, Depth * producers, 1, 1, true, {}};
+  }
+
+  template <class Site>
   static consteval bool check() {
-    static_assert(!Topology::sequenced,
+    static_assert(!Site::numbered,
                   "dflash::mpi::net_link: in_order stages are not supported in a pipeline with a net_link (source "
                   "order is per rank)");
-    static_assert(!Topology::template slots_at<L>);
-    static_assert(WireItem<typename Topology::template stage_type<L>::output_type>,
+    static_assert(WireItem<typename Site::value_type>,
                   "dflash::mpi::net_link: the item must be trivially copyable or described by "
                   "dflash::mpi::wire<T> (mpi/wire.hpp)");
     return true;

@@ -2,8 +2,9 @@
 // Every check a dflash::Pipeline makes, with the message that states the fix:
 //   static_checks<Topology>::value  at compile time — the entries alternate
 //       stage / link kind, each stage has what its position and neighbouring
-//       links ask (call shape, types), each link kind's own requirements
-//       (Link::check), adjacent types match;
+//       links ask (call shape, types), what a link's delivery rules out,
+//       each link kind's own requirements (Link::check<link_site>), adjacent
+//       types match;
 //   checked_shape<Topology>(shape)  at run time — workers, depths, direct
 //       segments and placement, before any thread or link exists
 //       (std::invalid_argument).
@@ -22,6 +23,7 @@
 #include "dflash/detail/capacity.hpp"
 #include "dflash/device/device_stream.hpp"
 #include "dflash/pipeline/link.hpp"
+#include "dflash/pipeline/link_site.hpp"
 #include "dflash/pipeline/shape.hpp"
 #include "dflash/pipeline/stage.hpp"
 #include "dflash/pipeline/topology.hpp"
@@ -102,6 +104,26 @@ struct static_checks {
     return true;
   }
 
+  // A link that drops or multiplies items (its delivery says so) breaks what
+  // needs each item once: an in_order stage after it would park every later
+  // item for one that never comes, and an event of a pending value would go
+  // back to its pool never, or twice.
+  template <std::size_t L>
+  static consteval bool check_delivery() {
+    using D = typename T::template link_kind<L>::delivery;
+    if constexpr (!std::is_same_v<D, delivers_each_once>) {
+      static_assert(!link_site<T, L>::in_order_downstream,
+                    "dflash::Pipeline: an in_order stage follows a link whose delivery is not delivers_each_once (it "
+                    "drops, multiplies or regroups items), so the in_order stage would wait for items that never "
+                    "come: put the in_order stage before that link, or drop in_order");
+      static_assert(!link_site<T, L>::carries_pending,
+                    "dflash::Pipeline: a link whose delivery is not delivers_each_once cannot follow a device stage "
+                    "into a host stage (each value there carries an event that must reach its consumer once): put a "
+                    "host stage between them, joined by a queue_link");
+    }
+    return true;
+  }
+
   template <std::size_t... L>
   static consteval bool check_all(std::index_sequence<L...>) {
     static_assert((PipelineLink<typename T::template link_kind<L>> && ...),
@@ -113,7 +135,7 @@ struct static_checks {
                     "dflash::Pipeline: in_order stages are not supported in pipelines with device links yet");
       return (check_stage<L>() && ...) && check_stage<T::stage_count - 1>() &&
              (link_check<typename T::template stage_type<L>, typename T::template stage_type<L + 1>>::value && ...) &&
-             (T::template link_kind<L>::template check<T, L>() && ...);
+             (check_delivery<L>() && ...) && (T::template link_kind<L>::template check<link_site<T, L>>() && ...);
     } else {
       return false;
     }

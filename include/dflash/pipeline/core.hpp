@@ -27,6 +27,7 @@
 
 #include "dflash/device/event_pool.hpp"
 #include "dflash/pipeline/checks.hpp"
+#include "dflash/pipeline/endpoint.hpp"
 #include "dflash/pipeline/agents/segment_sync.hpp"
 #include "dflash/pipeline/agents/source_pull.hpp"
 #include "dflash/pipeline/agents/stage_seats.hpp"
@@ -35,25 +36,11 @@
 #include "dflash/pipeline/link.hpp"
 #include "dflash/pipeline/shape.hpp"
 #include "dflash/pipeline/stage.hpp"
+#include "dflash/pipeline/stop.hpp"
 #include "dflash/pipeline/topology.hpp"
 #include "dflash/profile/profiler_policy.hpp"
 
-namespace dflash {
-
-enum class stop_mode {
-  cancel,  ///< close every link now; threads exit after their current call
-  drain,   ///< stop the source; items already in links still reach the sink
-};
-
-/// Thrown from a stage's call to end the pipeline early and cleanly: the same
-/// as stop() (stop_mode::cancel) from outside. The call's item is dropped,
-/// every thread exits after its current call, and join() returns normally
-/// (it still rethrows a real error another stage threw). Deliberately not a
-/// std::exception, so a `catch (const std::exception&)` does not swallow it.
-/// (A source that wants to drain instead returns an empty optional.)
-struct pipeline_stop {};
-
-namespace detail {
+namespace dflash::detail {
 
 template <ProfilerPolicy P, class... Specs>
 class pipeline_core {
@@ -199,10 +186,7 @@ class pipeline_core {
       return host_agent<I - 1> && host_agent<I> && !OwnThreadsOnlyStage<stage_type<I>> &&
              !topo::template crosses_at<I - 1> &&
              requires { requires link_kind<I - 1>::consumer_callable_by_producer; } &&
-             requires(endpoint_type<I - 1>& e) {
-               { e.pushes() } -> std::convertible_to<std::uint64_t>;
-               e.record_handover();
-             };
+             HelpFirstEndpoint<endpoint_type<I - 1>>;
   }();
   /// The seats of helped stage I; null where its producer or it runs in another process.
   template <std::size_t I>
@@ -215,10 +199,7 @@ class pipeline_core {
   static constexpr bool source_pulled = [] {
     if constexpr (stage_count < 2) return false;
     else
-      return helped<1> && !OwnThreadsOnlyStage<stage_type<0>> && requires(endpoint_type<0>& e) {
-        { e.try_pop() } -> std::same_as<std::optional<item_type<0>>>;
-        e.record_pop();
-      } && detail::fill_visible<endpoint_type<0>>;
+      return helped<1> && !OwnThreadsOnlyStage<stage_type<0>> && PullableEndpoint<endpoint_type<0>, item_type<0>>;
   }();
   /// The source's seats and park where stage 1's threads call it; null elsewhere.
   [[nodiscard]] source_pull* pull() noexcept { return pull_.get(); }
@@ -360,65 +341,6 @@ class pipeline_core {
   }
 
  public:
-  // ---- items over host links ----
-  // Pops the next value of pending link I - 1 (device work may still be
-  // writing it): `wait_for(ev)` orders the consumer after that work (the host
-  // thread waits, or a stream does), then the event goes back to its pool.
-  template <std::size_t I, class Wait>
-  std::optional<typename stage_type<I>::input_type> pop_pending(Wait&& wait_for, [[maybe_unused]] tag_type& tag) {
-    auto got = link<I - 1>().pop();
-    std::optional<typename stage_type<I>::input_type> v;
-    if (!got) return v;
-    wait_for(got->ev);  // rethrows an error of the work that wrote it
-    pool(I - 1).release(got->ev);
-    if constexpr (flow) tag = got->stamp;
-    v.emplace(std::move(got->value));
-    return v;
-  }
-  // Pops the next host input of stage I, and its tag when items carry one; a
-  // value device work was writing is waited for here, on this (the
-  // consumer's) thread.
-  template <std::size_t I>
-  std::optional<typename stage_type<I>::input_type> pop_input([[maybe_unused]] tag_type& tag) {
-    if constexpr (topo::template pending_at<I - 1>) {
-      return pop_pending<I>([this](auto ev) { dev_.backend.host_wait(ev); }, tag);
-    } else {
-      return unwrap<I>(link<I - 1>().pop(), tag);
-    }
-  }
-  // The next input of stage I if one is in host link I - 1 now (never waits; a
-  // link of host values), recorded as a pop that did not wait.
-  template <std::size_t I>
-  std::optional<typename stage_type<I>::input_type> try_pop_input([[maybe_unused]] tag_type& tag)
-    requires(!topo::template pending_at<I - 1>)
-  {
-    auto& q = link<I - 1>();
-    auto got = q.try_pop();
-    if (got) q.record_pop();
-    return unwrap<I>(std::move(got), tag);
-  }
-  // What host link I - 1 gave stage I: its value, and its tag when items carry one.
-  template <std::size_t I>
-  static std::optional<typename stage_type<I>::input_type> unwrap(std::optional<item_type<I - 1>> got,
-                                                                   [[maybe_unused]] tag_type& tag) {
-    if constexpr (tagged) {
-      std::optional<typename stage_type<I>::input_type> v;
-      if (got) {
-        tag = got->seq;
-        v.emplace(std::move(got->value));
-      }
-      return v;
-    } else {
-      return got;
-    }
-  }
-  // Hands stage I's output to host link I, with its tag when items carry one.
-  template <std::size_t I>
-  bool push_output(typename stage_type<I>::output_type&& y, [[maybe_unused]] const tag_type& tag) {
-    if constexpr (tagged)
-      return link<I>().push(sequenced<typename stage_type<I>::output_type, tag_type>{tag, std::move(y)});
-    else return link<I>().push(std::move(y));
-  }
   // in_order stage I: runs `run(x, tag)` if x is due, then the parked items that follow it.
   template <std::size_t I, class Run>
   bool deliver_in_order(typename stage_type<I>::input_type&& x, const tag_type& tag, Run&& run) {
@@ -530,5 +452,4 @@ class pipeline_core {
   std::exception_ptr error_;
 };
 
-}  // namespace detail
-}  // namespace dflash
+}  // namespace dflash::detail

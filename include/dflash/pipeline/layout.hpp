@@ -1,7 +1,8 @@
 #pragma once
 // The compile-time topology with a run-time shape, as plain data for the
 // analysis (analysis/bottleneck.hpp, analysis/what_if.hpp): each link kind
-// says how it is modelled (Link::model). Built on demand, never on a hot path.
+// says how it is modelled (Link::model, or no model: link_model_of). Built on
+// demand, never on a hot path.
 
 #include <cstddef>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "dflash/analysis/pipeline_layout.hpp"
+#include "dflash/pipeline/link.hpp"
 
 namespace dflash::detail {
 
@@ -22,7 +24,12 @@ analysis::pipeline_layout layout_of(const Shape& s) {
      ...);
   }(std::make_index_sequence<T::stage_count>{});
   [&]<std::size_t... L>(std::index_sequence<L...>) {
-    (out.links.push_back({std::string(T::template link_kind<L>::name.view()), T::template link_kind<L>::model, s.depths[L]}),
+    (([&] {
+       const analysis::link_model m = link_model_of<typename T::template link_kind<L>>(
+           {s.depths[L], s.ranks[L].size(), s.ranks[L + 1].size()});
+       out.links.push_back({std::string(T::template link_kind<L>::name.view()), m.kind, m.depth, m.items_out,
+                            m.items_in, m.crosses_processes, std::string(m.no_model)});
+     }()),
      ...);
   }(std::make_index_sequence<T::link_count>{});
   return out;

@@ -18,20 +18,29 @@
 //                          consumer_on_producer_threads: the consumer runs on the producer's threads
 //   carries                carries_values: the item moves through (the stages call with values)
 //                          carries_device_slots: the item stays on a device; stages get a slot and a stream
+//   delivery               delivers_each_once: every item pushed is popped once, FIFO per producer thread
+//                          delivers_ratio<Out, In>: Out items leave for every In that enter (a kind
+//                            that filters or fans out; never before an in_order stage or after a device stage)
+//                          delivers_rows_once: every row once; calls on either side do not correspond
 //   crosses_processes      its two stages may run in different processes
-//   model                  how the analysis (analysis/bottleneck.hpp) models it
-//   endpoint<Item, P>      the run-time object the pipeline makes for it, from a link_context:
-//                          values: bool push(Item&&) (false: closed), std::optional<Item> pop()
-//                          device slots: the device_channel protocol (acquire/publish/pop/release)
+//   endpoint<Item, P>      the run-time object the pipeline makes for it, answering the endpoint
+//                          protocol of what it carries (pipeline/endpoint.hpp: ValueEndpoint or
+//                          SlotEndpoint; Item may be an envelope, moved through whole)
 //   open<Item>(ctx)        makes the endpoint (std::unique_ptr; a null pointer for no endpoint)
 //   close(e)               no more items from the producer side (normal end: the consumer drains)
 //   cancel(e)              wake every blocked thread now; later hand-overs fail
-//   check<Topology, L>()   its requirements on the stages on either side, as static_asserts that
-//                          state the fix (Topology is dflash::detail::topology; L the link's index)
+//   check<Site>()          its requirements on the place it was put in, as static_asserts that state
+//                          the fix (Site is a dflash::link_site, pipeline/link_site.hpp)
 // And optionally:
+//   model(link_facts)      how the analysis models it (analysis/pipeline_layout.hpp); a kind without
+//                          it is not modelled, and the what-if analysis says so instead of predicting
 //   consumer_callable_by_producer  true: between host stages the producer's thread may call a
-//                          cheap consumer itself instead of pushing (queue_link; the endpoint
-//                          then offers pushes() and record_handover(), agents/host_worker.hpp)
+//                          cheap consumer itself instead of pushing (queue_link; the endpoint is then
+//                          a HelpFirstEndpoint, and push() does not run for the items it helps with:
+//                          set it only where push() does nothing but store, endpoint.hpp)
+//
+// Every shipped kind and one written in a test pass the same conformance
+// suite (tests/conformance/): a new kind joins it with one line.
 
 #include <concepts>
 #include <cstddef>
@@ -68,12 +77,23 @@ struct link_context {
 /// The endpoint of a link kind that needs no run-time object (direct_link).
 struct no_endpoint {};
 
+/// What a link does to the items that enter it (a kind's `delivery`).
+struct delivers_each_once {};
+template <std::size_t Out, std::size_t In>
+struct delivers_ratio {
+  static_assert(Out > 0 && In > 0 && Out != In,
+                "dflash::delivers_ratio<Out, In>: Out and In must be at least 1 and differ (a kind that passes each "
+                "item once says delivers_each_once)");
+  static constexpr std::size_t items_out = Out, items_in = In;
+};
+struct delivers_rows_once {};
+
 /// The plain answers most link kinds give, as a base: the name and default
 /// depth, "<Name>.push_wait" / "<Name>.pop_wait" keys, where the consumer
-/// runs, what crosses, whether it joins processes, how the analysis models it,
-/// no requirement beyond matching types, and closing and cancelling as the
-/// endpoint's own close() and cancel(). A kind derives from it and adds its
-/// endpoint and open (and may hide any answer).
+/// runs, what crosses, each item once, whether it joins processes, how the
+/// analysis models it, no requirement beyond matching types, and closing and
+/// cancelling as the endpoint's own close() and cancel(). A kind derives from
+/// it and adds its endpoint and open (and may hide any answer).
 template <fixed_string Name, std::size_t Depth, class ConsumerThreads, class Carries, bool CrossesProcesses,
           analysis::link_kind Model>
 struct link_answers {
@@ -82,9 +102,12 @@ struct link_answers {
   using keys = queue_keys<Name>;
   using consumer_threads = ConsumerThreads;
   using carries = Carries;
+  using delivery = delivers_each_once;
   static constexpr bool crosses_processes = CrossesProcesses;
-  static constexpr analysis::link_kind model = Model;
-  template <class Topology, std::size_t L>
+  static constexpr analysis::link_model model(const analysis::link_facts& f) noexcept {
+    return {Model, f.depth, 1, 1, CrossesProcesses, {}};
+  }
+  template <class Site>
   static consteval bool check() {
     return true;  // any two stages whose types match (checked for every link)
   }
@@ -104,13 +127,10 @@ inline constexpr bool is_one_of_threads =
     std::is_same_v<T, consumer_on_own_threads> || std::is_same_v<T, consumer_on_producer_threads>;
 template <class T>
 inline constexpr bool is_one_of_carries = std::is_same_v<T, carries_values> || std::is_same_v<T, carries_device_slots>;
-// An endpoint whose fill a thread can read (a queue link's ring). The pulled
-// source and the backlog yield (agents/) look at it; other endpoints are not asked.
-template <class E>
-concept fill_visible = requires(E& e) {
-  { e.size() } -> std::convertible_to<std::size_t>;
-  { e.capacity() } -> std::convertible_to<std::size_t>;
-};
+template <class T>
+inline constexpr bool is_delivery = std::is_same_v<T, delivers_each_once> || std::is_same_v<T, delivers_rows_once>;
+template <std::size_t Out, std::size_t In>
+inline constexpr bool is_delivery<delivers_ratio<Out, In>> = true;
 template <class T>
 struct is_fixed_string_value : std::false_type {};
 template <std::size_t N>
@@ -124,10 +144,18 @@ concept PipelineLink = requires {
   typename L::keys;
   typename L::consumer_threads;
   typename L::carries;
+  typename L::delivery;
   { L::crosses_processes } -> std::convertible_to<bool>;
-  { L::model } -> std::convertible_to<analysis::link_kind>;
 } && detail::is_fixed_string_value<std::remove_cv_t<decltype(L::name)>>::value &&
                        detail::is_one_of_threads<typename L::consumer_threads> &&
-                       detail::is_one_of_carries<typename L::carries> && is_key_set<typename L::keys>::value;
+                       detail::is_one_of_carries<typename L::carries> && detail::is_delivery<typename L::delivery> &&
+                       is_key_set<typename L::keys>::value;
+
+/// The analysis model of link kind L for one link (its model(), or none with the reason).
+template <PipelineLink L>
+constexpr analysis::link_model link_model_of(const analysis::link_facts& f) noexcept {
+  if constexpr (requires { { L::model(f) } -> std::convertible_to<analysis::link_model>; }) return L::model(f);
+  else return analysis::link_model::none("its link kind answers no model(link_facts), pipeline/link.hpp");
+}
 
 }  // namespace dflash

@@ -91,7 +91,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
         // A host value: the stage's host code may read it as soon as the
         // call starts, so the host waits for the work writing it, not
         // only the stream (pop_input does).
-        else return c.template pop_input<I>(tag);
+        else return pop_input<I>(c, tag);
       }();
       if constexpr (I > 0) {
         if (!in || c.cancelled()) break;
@@ -155,7 +155,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
         } else {
           b.synchronize(native);  // a link to another process sends host bytes: the work writing them is done
           auto t = prof.scope(wait_key{});
-          ok = c.template push_output<I>(std::move(*y), tag);  // false: closed (the work writing *y is done)
+          ok = push_output<I>(c, std::move(*y), tag);  // false: closed (the work writing *y is done)
         }
         if (!ok) break;
       }

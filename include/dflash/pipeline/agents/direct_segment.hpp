@@ -86,7 +86,7 @@ class direct_segment {
       tag_type tag{};
       {
         auto t = prof_.scope(stage_wait_key<S::name>{});
-        item = c_.template pop_input<A>(tag);
+        item = pop_input<A>(c_, tag);
       }
       if (!item || c_.cancelled()) return false;
       auto first = [&](typename S::input_type&& x, const tag_type& g) { return step<A>(std::move(x), g); };
@@ -174,7 +174,7 @@ class direct_segment {
         return step<K + 1>(std::move(y), tag);
       } else {
         auto t = prof_.scope(stage_wait_key<S::name>{});
-        return c_.template push_output<K>(std::move(y), tag);
+        return push_output<K>(c_, std::move(y), tag);
       }
     }
   }

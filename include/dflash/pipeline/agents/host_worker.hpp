@@ -170,7 +170,7 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
     }
   }
   auto t = c.prof().scope(stage_wait_key<Core::template stage_type<I>::name>{});
-  if (!c.template push_output<I>(std::move(y), tag)) return false;
+  if (!push_output<I>(c, std::move(y), tag)) return false;
   note_backlog<I>(c);
   return true;
 }
@@ -219,7 +219,7 @@ pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
   for (int round = 0;; ++round) {
     if (c.cancelled()) return pulled::stop;
     tag_type tag{};
-    if (auto x = c.template try_pop_input<I>(tag)) {
+    if (auto x = try_pop_input<I>(c, tag)) {
       record_no_wait<stage_wait_key<S::name>>(c);  // the pop that did not wait
       seat_hold hold = seat(true);
       if (c.cancelled()) return pulled::stop;
@@ -328,7 +328,7 @@ void host_worker(Core& c, std::size_t w) noexcept {
           auto t = prof.scope(wait_key{});
           std::optional<source_pull::waiting> asking;  // the source's own threads make items meanwhile
           if (pull != nullptr) asking.emplace(*pull);
-          item = c.template pop_input<I>(tag);
+          item = pop_input<I>(c, tag);
           if constexpr (Core::template helped<I>) {  // a seat: a helper may be calling this stage
             seats = c.template seats<I>();
             if (item && seats != nullptr) {

@@ -17,8 +17,9 @@
 // The shape's depth of the link is its capacity in rows. With cuda_backend,
 // include <dflash/device/row_ring_kernels.cuh> in one .cu file of the program.
 //
-// Items do not cross it (rows of several calls share a batch), so the
-// analysis has no model for it and says so instead of predicting.
+// Items do not cross it (rows of several calls share a batch: its delivery is
+// delivers_rows_once), so the analysis has no model for it and says so
+// instead of predicting.
 
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +44,7 @@ struct is_device_rows<device_rows<Row, B>> : std::true_type {};
 
 template <fixed_string Name, std::size_t Capacity, std::uint32_t MaxRowsPerPush, std::uint32_t BatchRows>
 struct device_queue_link : link_answers<Name, Capacity, consumer_on_own_threads, carries_device_slots,
-                                        /*crosses_processes=*/false, analysis::link_kind::rows> {
+                                        /*crosses_processes=*/false, analysis::link_kind::device> {
   static_assert(Capacity >= 1 && Capacity <= ring_control::max_capacity,
                 "dflash::device_queue_link<Name, Capacity, MaxRowsPerPush, BatchRows>: Capacity (rows) must be "
                 "between 1 and ring_control::max_capacity");
@@ -53,6 +54,11 @@ struct device_queue_link : link_answers<Name, Capacity, consumer_on_own_threads,
                 "fit the ring)");
   static constexpr std::uint32_t max_rows_per_push = MaxRowsPerPush;
   static constexpr std::uint32_t batch_rows = BatchRows;
+  using delivery = delivers_rows_once;
+  static constexpr analysis::link_model model(const analysis::link_facts&) noexcept {
+    return analysis::link_model::none(
+        "a device_queue_link: its batches hold rows of several items, and the model follows items");
+  }
 
   template <class T>
   struct item_check {

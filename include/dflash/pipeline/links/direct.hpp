@@ -17,6 +17,7 @@
 #include "dflash/analysis/pipeline_layout.hpp"
 #include "dflash/pipeline/link.hpp"
 #include "dflash/profile/fixed_string.hpp"
+#include "dflash/profile/key.hpp"
 #include "dflash/queue/queue_keys.hpp"
 
 namespace dflash {
@@ -25,6 +26,8 @@ template <fixed_string Name, std::size_t Depth>
 struct direct_link : link_answers<Name, Depth, consumer_on_producer_threads, carries_values,
                                   /*crosses_processes=*/false, analysis::link_kind::direct> {
   static_assert(Depth > 0, "dflash::direct_link<Name, Depth>: Depth must be at least 1");
+  // No pop: the consumer is called with the item, so only the wait for its turn is a key.
+  using keys = key_set<name_cat<Name, ".push_wait">>;
 
   template <class Item, class P>
   using endpoint = no_endpoint;
@@ -36,13 +39,13 @@ struct direct_link : link_answers<Name, Depth, consumer_on_producer_threads, car
   static void close(no_endpoint&) noexcept {}
   static void cancel(no_endpoint&) noexcept {}
 
-  template <class Topology, std::size_t L>
+  template <class Site>
   static consteval bool check() {
-    static_assert(!Topology::template device_stage<L> && !Topology::template device_stage<L + 1>,
+    static_assert(!Site::producer_on_device && !Site::consumer_on_device,
                   "dflash::Pipeline: a direct_link joins host stages only; a stage next to a device_link cannot "
                   "also be next to a direct_link (put a queue_link there)");
-    if constexpr (Topology::template in_order_at<L + 1>)
-      static_assert(Topology::template segment_first<L + 1>() == 0,
+    if constexpr (Site::consumer_in_order)
+      static_assert(Site::source_reaches_consumer_directly,
                     "dflash::Pipeline: an in_order stage reached by a direct_link needs the source in the same direct "
                     "segment (source, direct_link, ..., in_order<S>): only then do items enter it in source order. "
                     "Put a queue_link before the in_order stage instead");
