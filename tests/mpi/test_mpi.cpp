@@ -23,6 +23,8 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -1571,40 +1573,46 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   // Every mode ends in a second or two; a hang fails here, with a message, long before ctest's timeout.
   watchdog wd("test_mpi " + mode, 15s);
+  // One table: the dispatch and the usage line cannot disagree.
+  using run_fn = int (*)(int, char**);
+  static constexpr std::pair<std::string_view, run_fn> modes[] = {
+      {"wire", [](int, char**) { return wire_checks(); }},
+      {"idle", [](int c, char** v) { return idle(c, v); }},
+      {"batches", [](int c, char** v) { return batches(c, v); }},
+      {"driven", [](int c, char** v) { return driven(c, v); }},
+      {"all_matched", [](int c, char** v) { return all_matched(c, v); }},
+      {"lock_mpi", [](int c, char** v) { return lock_mpi(c, v); }},
+      {"reuse", [](int c, char** v) { return reuse(c, v); }},
+      {"close_while_sending", [](int c, char** v) { return close_while_sending(c, v); }},
+      {"stress", [](int c, char** v) { return stress(c, v); }},
+      {"oversize", [](int c, char** v) { return oversize(c, v); }},
+      {"layout_mismatch", [](int c, char** v) { return layout_mismatch(c, v); }},
+      {"unwind_prof_first", [](int c, char** v) { return unwind<true>(c, v); }},
+      {"unwind_prof_after", [](int c, char** v) { return unwind<false>(c, v); }},
+      {"unwind_after_end", [](int c, char** v) { return unwind<true, true>(c, v); }},
+      {"throw_before_start", [](int c, char** v) { return throw_before_start(c, v); }},
+      {"fatal_progress", [](int c, char** v) { return fatal_progress(c, v); }},
+      {"wide_headers", [](int c, char** v) { return wide_headers(c, v); }},
+      {"header_limit", [](int c, char** v) { return header_limit(c, v); }},
+      {"copied_items", [](int c, char** v) { return copied_items(c, v); }},
+      {"aggregate", [](int c, char** v) { return aggregate(c, v); }},
+      {"exactly_once", [](int c, char** v) { return exactly_once<tick>(c, v, false); }},
+      {"exactly_once_multi", [](int c, char** v) { return exactly_once<blob>(c, v, true); }},
+      {"drain", [](int c, char** v) { return drain(c, v); }},
+      {"credit_batches", [](int c, char** v) { return credit_batches(c, v); }},
+      {"throw_producer", [](int c, char** v) { return throwing(c, v, true); }},
+      {"throw_consumer", [](int c, char** v) { return throwing(c, v, false); }},
+      {"key_mismatch", [](int c, char** v) { return key_mismatch(c, v); }},
+  };
   try {
-    if (mode == "wire") return wire_checks();
-    if (mode == "idle") return idle(argc, argv);
-    if (mode == "batches") return batches(argc, argv);
-    if (mode == "driven") return driven(argc, argv);
-    if (mode == "all_matched") return all_matched(argc, argv);
-    if (mode == "lock_mpi") return lock_mpi(argc, argv);
-    if (mode == "reuse") return reuse(argc, argv);
-    if (mode == "close_while_sending") return close_while_sending(argc, argv);
-    if (mode == "stress") return stress(argc, argv);
-    if (mode == "oversize") return oversize(argc, argv);
-    if (mode == "layout_mismatch") return layout_mismatch(argc, argv);
-    if (mode == "unwind_prof_first") return unwind<true>(argc, argv);
-    if (mode == "unwind_prof_after") return unwind<false>(argc, argv);
-    if (mode == "unwind_after_end") return unwind<true, true>(argc, argv);
-    if (mode == "throw_before_start") return throw_before_start(argc, argv);
-    if (mode == "fatal_progress") return fatal_progress(argc, argv);
-    if (mode == "wide_headers") return wide_headers(argc, argv);
-    if (mode == "header_limit") return header_limit(argc, argv);
-    if (mode == "copied_items") return copied_items(argc, argv);
-    if (mode == "aggregate") return aggregate(argc, argv);
-    if (mode == "exactly_once") return exactly_once<tick>(argc, argv, false);
-    if (mode == "exactly_once_multi") return exactly_once<blob>(argc, argv, true);
-    if (mode == "drain") return drain(argc, argv);
-    if (mode == "credit_batches") return credit_batches(argc, argv);
-    if (mode == "throw_producer") return throwing(argc, argv, true);
-    if (mode == "throw_consumer") return throwing(argc, argv, false);
-    if (mode == "key_mismatch") return key_mismatch(argc, argv);
+    for (const auto& [name, run] : modes)
+      if (mode == name) return run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", dflash_test::this_rank, e.what());
     return 1;
   }
-  std::fprintf(stderr, "test_mpi: unknown mode '%s' (aggregate, exactly_once, exactly_once_multi, drain, "
-                       "throw_producer, throw_consumer, key_mismatch, wire, credit_batches, driven, all_matched, lock_mpi, stress, oversize, layout_mismatch, unwind_prof_first, "
-                       "unwind_prof_after, unwind_after_end, throw_before_start, fatal_progress, wide_headers, header_limit, copied_items)\n", mode.c_str());
+  std::string known;
+  for (const auto& m : modes) known += (known.empty() ? "" : ", ") + std::string(m.first);
+  std::fprintf(stderr, "test_mpi: unknown mode '%s' (%s)\n", mode.c_str(), known.c_str());
   return 2;
 }

@@ -357,7 +357,6 @@ class job {
     std::lock_guard lk(ch_m_);
     std::erase_if(channels_, [c](const auto& o) { return o.link.get() == c; });
   }
-  static constexpr int tag_links = dflash::mpi::tag_links;  ///< links' tags start here
 
  private:
   using clock = std::chrono::steady_clock;

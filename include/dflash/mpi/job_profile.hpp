@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dflash/mpi/clock_estimate.hpp"
+#include "dflash/profile/flow_rows.hpp"
 #include "dflash/profile/histogram.hpp"
 #include "dflash/profile/report.hpp"
 #include "dflash/profile/stats.hpp"
@@ -132,12 +133,6 @@ struct job_profile {
 };
 
 namespace detail {
-/// A row measured from flow stamps: an age or an end-to-end time (pipeline/stage.hpp names them).
-inline bool is_age_row(std::string_view name) {
-  for (std::string_view s : {".age", ".e2e", ".age_gpu_end"})
-    if (name.size() >= s.size() && name.substr(name.size() - s.size()) == s) return true;
-  return false;
-}
 /// "+12.3 us ± 0.4 us": an offset and its bound, signed, in µs.
 inline std::string offset_text(const clock_estimate& c) {
   char b[96];
@@ -167,7 +162,7 @@ inline std::string format_job_table(const job_profile& j) {
   const bool per_rank = n <= job_table_rank_columns;
   // Ages that compare clocks whose offset is unknown are marked "~" (see the note below the table).
   const bool estimated = j.clocks_estimated();
-  auto row_name = [&](const std::string& name) { return estimated && detail::is_age_row(name) ? name + "~" : name; };
+  auto row_name = [&](const std::string& name) { return estimated && is_age_row(name) ? name + "~" : name; };
   std::size_t w = 5;
   for (const auto& k : m.keys) w = std::max(w, row_name(k.name).size());
   const int wi = static_cast<int>(w);
@@ -240,7 +235,7 @@ inline std::string format_job_json(const job_profile& j) {
     dflash::detail::append_json_string(out, m.keys[i].name);
     append_fmt(out, ",\"rank_min_mean_ns\":%.3f,\"rank_median_mean_ns\":%.3f,\"rank_max_mean_ns\":%.3f,\"slowest_rank\":%d",
                s.min_mean_ns, s.median_mean_ns, s.max_mean_ns, s.slowest_rank);
-    if (estimated && detail::is_age_row(m.keys[i].name)) out += ",\"estimated\":true";
+    if (estimated && is_age_row(m.keys[i].name)) out += ",\"estimated\":true";
     out += ",\"per_rank\":[";
     for (std::size_t r = 0; r < j.ranks.size(); ++r) {
       if (r) out += ',';

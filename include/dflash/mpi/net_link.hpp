@@ -82,7 +82,6 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
     [[nodiscard]] link_stats stats() const { return link_.stats(); }
 
    private:
-    friend struct net_link;
     job& job_;
     mpi_link<Item, Name, Depth> link_;
     const P& prof_;

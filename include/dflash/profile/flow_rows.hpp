@@ -9,9 +9,11 @@
 namespace dflash {
 
 /// The suffixes of flow rows: "<stage>.age", "<sink>.e2e", and the age rows
-/// of device stages and clock checks.
+/// of device stages and clock checks. The last one counts items whose clock
+/// read behind their birth stamp: it holds no time.
 inline constexpr std::array<std::string_view, 4> flow_row_suffixes{".age", ".e2e", ".age_gpu_end",
                                                                    ".age_clock_backwards"};
+inline constexpr std::string_view clock_backwards_suffix = flow_row_suffixes[3];
 
 /// True when `name` is a flow row: its total sums item lifetimes, which
 /// overlap, so "% of wall" means nothing for it.
@@ -20,5 +22,17 @@ inline constexpr std::array<std::string_view, 4> flow_row_suffixes{".age", ".e2e
     if (name.size() >= s.size() && name.substr(name.size() - s.size()) == s) return true;
   return false;
 }
+
+/// True when `name` is a flow row whose value is a time between two clock
+/// readings (an age or an end-to-end time), so it depends on the clocks
+/// agreeing; the clock-backwards row is a count of items instead.
+[[nodiscard]] constexpr bool is_age_row(std::string_view name) noexcept {
+  const std::string_view c = clock_backwards_suffix;
+  return is_flow_row(name) && !(name.size() >= c.size() && name.substr(name.size() - c.size()) == c);
+}
+
+static_assert(is_age_row("sink.age") && is_age_row("sink.e2e") && is_age_row("gpu.age_gpu_end") &&
+              !is_age_row("sink.age_clock_backwards") && is_flow_row("sink.age_clock_backwards") &&
+              !is_flow_row("sink.work"));
 
 }  // namespace dflash

@@ -112,7 +112,6 @@ class seat_hold {
   void release() noexcept {
     if (s_ != nullptr) s_->give(i_), s_ = nullptr;
   }
-  [[nodiscard]] std::size_t index() const noexcept { return i_; }
 
  private:
   stage_seats* s_;
