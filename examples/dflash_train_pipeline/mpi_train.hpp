@@ -63,11 +63,12 @@ using mpi_train_keys = dflash::pipeline_keys<mpi_train_pipeline<dflash::NullProf
 /// ranks run which stages (the target side on 0..T-1, the drafter side after).
 template <class P, class B>
 typename mpi_train_pipeline<P, B>::shape_type mpi_shape(const Options& o, int rank) {
-  auto shape = mpi_train_pipeline<P, B>::default_shape();
-  shape.workers[1] = static_cast<std::size_t>(o.target_workers);
-  shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
-  shape.depths[1] = static_cast<std::size_t>(o.post_link_depth);
-  shape.depths[3] = static_cast<std::size_t>(o.hs_queue_depth);
+  using pipe = mpi_train_pipeline<P, B>;
+  auto shape = pipe::default_shape();
+  shape.workers[pipe::template stage_index<"target_forward">] = static_cast<std::size_t>(o.target_workers);
+  shape.depths[pipe::template link_index<"batch_queue">] = static_cast<std::size_t>(o.batch_queue_depth);
+  shape.depths[pipe::template link_index<"hs_device">] = static_cast<std::size_t>(o.post_link_depth);
+  shape.depths[pipe::template link_index<"hs_queue">] = static_cast<std::size_t>(o.hs_queue_depth);
   std::vector<int> targets, drafters;
   for (int r = 0; r < o.target_ranks + o.drafter_ranks; ++r) (r < o.target_ranks ? targets : drafters).push_back(r);
   shape.ranks = {targets, targets, targets, drafters, drafters};

@@ -78,13 +78,13 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   using pipeline = train_pipeline<P, B>;
   auto shape = pipeline::default_shape();
   const auto targets = static_cast<std::size_t>(o.target_workers);
-  shape.workers[1] = targets;
-  shape.depths[0] = static_cast<std::size_t>(o.batch_queue_depth);
-  shape.depths[1] = static_cast<std::size_t>(o.post_link_depth);
-  shape.depths[2] = static_cast<std::size_t>(o.hs_queue_depth);
+  shape.workers[pipeline::template stage_index<"target_forward">] = targets;
+  shape.depths[pipeline::template link_index<"batch_queue">] = static_cast<std::size_t>(o.batch_queue_depth);
+  shape.depths[pipeline::template link_index<"hs_device">] = static_cast<std::size_t>(o.post_link_depth);
+  shape.depths[pipeline::template link_index<"hs_queue">] = static_cast<std::size_t>(o.hs_queue_depth);
   if (!o.gpus.empty()) {  // --gpus: target workers spread over the devices, postprocess on the first
-    shape.devices[1].assign(o.gpus.begin(), o.gpus.end());
-    shape.devices[2] = {o.gpus.front()};
+    shape.devices[pipeline::template stage_index<"target_forward">].assign(o.gpus.begin(), o.gpus.end());
+    shape.devices[pipeline::template stage_index<"postprocess">] = {o.gpus.front()};
   }
 
   Drafter drafter(setup.drafter_cfg);

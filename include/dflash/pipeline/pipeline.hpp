@@ -110,6 +110,34 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
+ private:
+  template <fixed_string Name, bool Stage>
+  static consteval std::size_t index_of_name() {
+    constexpr std::size_t i = []<std::size_t... K>(std::index_sequence<K...>) {
+      const std::array<std::string_view, sizeof...(K)> names{[] {
+        if constexpr (Stage) return stage_type<K>::name.view();
+        else return link_kind<K>::name.view();
+      }()...};
+      std::size_t k = 0;
+      while (k < names.size() && names[k] != Name.view()) ++k;
+      return k;
+    }(std::make_index_sequence<Stage ? stage_count : link_count>{});
+    static_assert(i < (Stage ? stage_count : link_count),
+                  "dflash::Pipeline::stage_index<Name> / link_index<Name>: this pipeline has no stage / link of that "
+                  "name (names are the stages' `name` and the link kinds' first argument)");
+    return i;
+  }
+
+ public:
+  /// The index of the stage / link named Name, for filling a shape by name:
+  ///   shape.depths[train::link_index<"hs_queue">] = 60;
+  ///   shape.workers[train::stage_index<"target_forward">] = 4;
+  /// A name the pipeline does not have is a compile-time error that says so.
+  template <fixed_string Name>
+  static constexpr std::size_t stage_index = index_of_name<Name, true>();
+  template <fixed_string Name>
+  static constexpr std::size_t link_index = index_of_name<Name, false>();
+
   /// The compile-time sizes: workers<S, N>::count per stage, each link kind's depth.
   [[nodiscard]] static shape_type default_shape() {
     shape_type s;
