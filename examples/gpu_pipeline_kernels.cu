@@ -3,7 +3,7 @@
 
 #include <cub/block/block_reduce.cuh>
 
-#include <dflash/detail/cuda_check.hpp>
+#include <dflash/device/cuda_check.hpp>
 
 namespace {
 constexpr int threads = 256;
@@ -26,10 +26,10 @@ __global__ void __launch_bounds__(threads) sum_kernel(const float* x, long long 
 void launch_fill(float* x, int n, float v, cudaStream_t s) {
   const long long blocks = n <= 0 ? 1 : (n + threads - 1ll) / threads;  // never a zero-size grid
   fill_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), threads, 0, s>>>(x, n, v);
-  dflash::detail::cuda_check_launch("gpu_pipeline: fill launch");
+  dflash::cuda_check_launch("gpu_pipeline: fill launch");
 }
 
 void launch_sum(const float* x, int n, float* out, cudaStream_t s) {
   sum_kernel<<<1, threads, 0, s>>>(x, n, out);
-  dflash::detail::cuda_check_launch("gpu_pipeline: sum launch");
+  dflash::cuda_check_launch("gpu_pipeline: sum launch");
 }

@@ -31,8 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include <dflash/detail/cuda_check.hpp>
-#include <dflash/device/cuda_backend.hpp>  // the one wording of "no usable CUDA device"
+#include <dflash/device/cuda_check.hpp>
 #include <dflash/ops/anchors.cuh>
 #include <dflash/ops/block_mask.cuh>
 #include <dflash/ops/doc_ids.cuh>
@@ -148,7 +147,7 @@ class staging_pool {
       const std::lock_guard lock(mu_);
       for (auto it = free_.begin(); it != free_.end(); ++it) {
         if (it->cap < need) continue;
-        if (!dflash::detail::cuda_ready(cudaEventQuery(it->done), "device_postprocess: cudaEventQuery")) continue;
+        if (!dflash::cuda_ready(cudaEventQuery(it->done), "device_postprocess: cudaEventQuery")) continue;
         const staging_block b = *it;
         free_.erase(it);
         return b;
@@ -319,7 +318,7 @@ struct device_postprocessor::impl {
 std::string device_postprocessor::probe() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return dflash::detail::no_cuda_device_reason(e);
+  if (e != cudaSuccess) return dflash::no_cuda_device_reason(e);
   if (n == 0) return "no CUDA device found";
   int dev = 0, pools = 0;  // enqueue() grows its buffers with cudaMallocAsync
   e = cudaGetDevice(&dev);

@@ -34,15 +34,14 @@
 #include <string_view>
 #include <vector>
 
-#include <dflash/detail/cuda_check.hpp>
-#include <dflash/device/cuda_backend.hpp>  // the one wording of "no usable CUDA device"
+#include <dflash/device/cuda_check.hpp>
 
 namespace dflash_example {
 
 namespace {
 
-using dflash::detail::cuda_check;
-using dflash::detail::cuda_check_launch;
+using dflash::cuda_check;
+using dflash::cuda_check_launch;
 
 void cublas_check(cublasStatus_t s, std::string_view what) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
@@ -243,7 +242,7 @@ struct target_forward_gpu::impl {
 std::string target_forward_gpu::probe() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return dflash::detail::no_cuda_device_reason(e);
+  if (e != cudaSuccess) return dflash::no_cuda_device_reason(e);
   if (n == 0) return "no CUDA device found";
   return {};
 }

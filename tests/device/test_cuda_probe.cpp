@@ -4,15 +4,16 @@
 #include <catch2/catch.hpp>
 
 #include <dflash/device/cuda_backend.hpp>
+#include <dflash/device/cuda_check.hpp>
 
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
 TEST_CASE("no usable CUDA device: the reason says what to look at", "[device]") {
-  CHECK_THAT(dflash::detail::no_cuda_device_reason(cudaErrorInsufficientDriver),
+  CHECK_THAT(dflash::no_cuda_device_reason(cudaErrorInsufficientDriver),
              StartsWith("no usable CUDA device (driver missing or too old: "));
-  CHECK(dflash::detail::no_cuda_device_reason(cudaErrorNoDevice) == "no CUDA device found");
-  CHECK_THAT(dflash::detail::no_cuda_device_reason(cudaErrorInitializationError),
+  CHECK(dflash::no_cuda_device_reason(cudaErrorNoDevice) == "no CUDA device found");
+  CHECK_THAT(dflash::no_cuda_device_reason(cudaErrorInitializationError),
              StartsWith("no usable CUDA device (cudaGetDeviceCount: "));
   // This machine's answer: a usable device, or one of the reasons above.
   int n = 0;

@@ -6,6 +6,7 @@
 //   cuda_check_launch("dflash::x: k launch") after a <<<...>>> launch (launch_error(): cudaGetLastError)
 //   cuda_ready(cudaEventQuery(e), "...")     a query's answer: true done, false busy, else throws
 //   forget(e)                                clears the thread's last error only if it is e
+//   no_cuda_device_reason(e)                 cudaGetDeviceCount's error in a user's terms
 //
 // The rule for cudaErrorNotReady: it is an answer, never an error. A query
 // (cudaEventQuery, cudaStreamQuery) that says "busy" may leave it as the
@@ -71,6 +72,16 @@ inline void cuda_check_launch(std::string_view what) { cuda_check(launch_error()
   }
   cuda_check(r, what);
   return true;  // not reached
+}
+
+/// Why cudaGetDeviceCount's error `e` leaves no usable device, in a user's
+/// terms: without a driver (or with one older than the runtime) CUDA says
+/// "driver version is insufficient", which reads as a version problem only.
+[[nodiscard]] inline std::string no_cuda_device_reason(cudaError_t e) {
+  if (e == cudaErrorNoDevice) return "no CUDA device found";
+  if (e == cudaErrorInsufficientDriver)
+    return std::string("no usable CUDA device (driver missing or too old: ") + cudaGetErrorString(e) + ")";
+  return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
 }
 
 }  // namespace dflash::detail

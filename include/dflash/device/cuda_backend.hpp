@@ -33,18 +33,6 @@
 
 namespace dflash {
 
-namespace detail {
-/// Why cudaGetDeviceCount's error `e` leaves no usable device, in a user's
-/// terms: without a driver (or with one older than the runtime) CUDA says
-/// "driver version is insufficient", which reads as a version problem only.
-[[nodiscard]] inline std::string no_cuda_device_reason(cudaError_t e) {
-  if (e == cudaErrorNoDevice) return "no CUDA device found";
-  if (e == cudaErrorInsufficientDriver)
-    return std::string("no usable CUDA device (driver missing or too old: ") + cudaGetErrorString(e) + ")";
-  return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
-}
-}  // namespace detail
-
 class cuda_backend {
  public:
   static constexpr const char* name = "cuda";
