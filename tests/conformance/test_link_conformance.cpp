@@ -78,6 +78,7 @@ using kinds = std::tuple<dflash::queue_link<"link", 4>,                    //
                          dflash::direct_link<"link", 4>,                   //
                          dflash::device_link<"link", 4>,                   //
                          dflash::device_queue_link<"link", 64, 1, 8>,      //
+                         dflash::device_queue_link<"link", 64, 1, 8, dflash::full_batches>,  //
                          every_kth_link<"link", 4, 3>>;
 
 static_assert(std::apply([](auto... k) { return (dflash::PipelineLink<decltype(k)> && ...); }, kinds{}));

@@ -140,6 +140,32 @@ TEST_CASE("ring: a reserved but unpublished slot blocks readers behind it", "[ri
   CHECK(ctl.try_reserve_pop(4).status == ring_status::closed);
 }
 
+TEST_CASE("ring: a pop of at least n takes n or more published rows, or none", "[ring]") {
+  dflash::ring_header h{};
+  std::array<unsigned long long, 8> seq{};
+  const dflash::ring_control ctl(&h, seq.data(), seq.size());
+  ctl.init_header();
+  for (unsigned long long i = 0; i < seq.size(); ++i) ctl.init_slot(i);
+
+  const auto w = ctl.try_reserve_push(5);
+  REQUIRE(w.status == ring_status::ok);
+  for (unsigned long long i = 0; i < 3; ++i) ctl.publish(i);  // 3 written, 2 still being written
+  const auto none = ctl.try_reserve_pop(4, 4);
+  CHECK(none.status == ring_status::empty);
+  CHECK(none.count == 0);
+  const auto three = ctl.try_reserve_pop(4, 3);  // nothing was taken by the refusal
+  REQUIRE(three.status == ring_status::ok);
+  CHECK(three.first == 0);
+  CHECK(three.count == 3);
+  ctl.publish(3);
+  ctl.publish(4);
+  const auto two = ctl.try_reserve_pop(4, 2);
+  REQUIRE(two.status == ring_status::ok);
+  CHECK(two.first == 3);
+  CHECK(two.count == 2);
+  CHECK(ctl.try_reserve_pop(4, 1).status == ring_status::empty);
+}
+
 TEST_CASE("ring: close fails pushes, pops drain and then report closed", "[ring]") {
   host_ring<int> r(8);
   const int a[] = {1, 2, 3};

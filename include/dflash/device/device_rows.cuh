@@ -2,7 +2,8 @@
 // Pushes of rows into a device_queue_link aggregated over a warp or a block:
 // one reservation (a CAS through device_queue_view's cub::WarpScan /
 // cub::BlockScan offsets) and one count (cub::WarpReduce / cub::BlockReduce)
-// per group. CUDA only; include it in any .cu file whose kernels push rows.
+// per group; and warp_put, one warp writing a row with a payload. CUDA only;
+// include it in any .cu file whose kernels push rows.
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/warp/warp_reduce.cuh>
@@ -49,6 +50,25 @@ __device__ ring_status block_push(const row_pusher<Row>& p, const Row* rows, std
   const ring_status st = detail::queue_of(p).template block_try_push<BlockThreads>(rows, n);  // the same on every thread
   if (first && st != ring_status::ok) p.fail();
   return st;
+}
+
+/// Row i of a reservation t (row_pusher::reserve), written by a whole warp:
+/// lane 0 its Row, every lane a share of its payload (width Elems from src),
+/// then lane 0 publishes it. Each lane fences its writes before the warp's
+/// barrier, so the consumer that sees the row published sees all of them
+/// (the CUDA guide's __threadfence-then-flag pattern). Every lane of a full
+/// warp calls it with the same t, i, r and src.
+template <class Row, class Elem>
+__device__ void warp_put(const row_pusher<Row, Elem>& p, const ring_ticket& t, std::uint32_t i, const Row& r,
+                         const Elem* src) {
+  const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned lane = tid % 32;
+  Elem* dst = p.payload(t, i);
+  for (std::uint32_t k = lane; k < p.width; k += 32) dst[k] = src[k];
+  if (lane == 0) p.row(t, i) = r;
+  __threadfence();
+  __syncwarp();
+  if (lane == 0) p.publish(t, i);
 }
 
 }  // namespace dflash

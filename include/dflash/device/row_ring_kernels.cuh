@@ -24,8 +24,8 @@ namespace dflash {
 
 namespace detail {
 template <class = void>
-__global__ void row_ring_pop_kernel(ring_control ctl, std::uint32_t n, ring_ticket* ticket) {
-  *ticket = ctl.try_reserve_pop(n);
+__global__ void row_ring_pop_kernel(ring_control ctl, std::uint32_t n, std::uint32_t at_least, ring_ticket* ticket) {
+  *ticket = ctl.try_reserve_pop(n, at_least);
 }
 template <class = void>
 __global__ void row_ring_release_kernel(ring_control ctl, const ring_ticket* ticket) {
@@ -47,9 +47,9 @@ void row_ring_kernels::zero(unsigned long long* counter, void* stream) {
   detail::cuda_check(cudaMemsetAsync(counter, 0, sizeof *counter, static_cast<cudaStream_t>(stream)),
                      "dflash::device_queue_link: cudaMemsetAsync(pushed-row counter)");
 }
-void row_ring_kernels::pop(ring_control ctl, std::uint32_t n, ring_ticket* ticket, void* stream) {
+void row_ring_kernels::pop(ring_control ctl, std::uint32_t n, std::uint32_t at_least, ring_ticket* ticket, void* stream) {
   detail::cuda_check_launch("dflash::device_queue_link: CUDA error pending before a pop");
-  detail::row_ring_pop_kernel<><<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(ctl, n, ticket);
+  detail::row_ring_pop_kernel<><<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(ctl, n, at_least, ticket);
   detail::cuda_check_launch("dflash::device_queue_link: pop launch");
 }
 void row_ring_kernels::release(ring_control ctl, const ring_ticket* ticket, void* stream) {

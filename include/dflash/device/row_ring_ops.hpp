@@ -3,7 +3,8 @@
 // stream, per backend. Everything else it does is record, wait and copy.
 //   init(ctl)             every slot free, both positions 0 (once, at construction)
 //   zero(counter)         a producer call's pushed-row counter to 0 (before the call's work)
-//   pop(ctl, n, ticket)   reserve up to n published rows; the ticket (device memory) says which
+//   pop(ctl, n, m, ticket) reserve up to n published rows, none if fewer than m; the ticket
+//                         (device memory) says which
 //   release(ctl, ticket)  hand the ticket's slots back to producers (after the consumer's work)
 //
 // host_stream_backend (and any backend with enqueue(stream, f)): host code
@@ -27,7 +28,7 @@ class cuda_backend;
 struct row_ring_kernels {
   static void init(ring_control ctl, void* stream);
   static void zero(unsigned long long* counter, void* stream);
-  static void pop(ring_control ctl, std::uint32_t n, ring_ticket* ticket, void* stream);
+  static void pop(ring_control ctl, std::uint32_t n, std::uint32_t at_least, ring_ticket* ticket, void* stream);
   static void release(ring_control ctl, const ring_ticket* ticket, void* stream);
 };
 
@@ -45,8 +46,9 @@ struct row_ring_ops {
   static void zero(B& b, unsigned long long* counter, typename B::stream_type s) {
     b.enqueue(s, [counter] { *counter = 0; });
   }
-  static void pop(B& b, ring_control ctl, std::uint32_t n, ring_ticket* ticket, typename B::stream_type s) {
-    b.enqueue(s, [ctl, n, ticket] { *ticket = ctl.try_reserve_pop(n); });
+  static void pop(B& b, ring_control ctl, std::uint32_t n, std::uint32_t at_least, ring_ticket* ticket,
+                  typename B::stream_type s) {
+    b.enqueue(s, [ctl, n, at_least, ticket] { *ticket = ctl.try_reserve_pop(n, at_least); });
   }
   static void release(B& b, ring_control ctl, const ring_ticket* ticket, typename B::stream_type s) {
     b.enqueue(s, [ctl, ticket] {
@@ -66,8 +68,8 @@ struct row_ring_ops<cuda_backend> {
     row_ring_kernels::zero(counter, static_cast<void*>(s));
   }
   template <class Bk, class S>
-  static void pop(Bk&, ring_control ctl, std::uint32_t n, ring_ticket* ticket, S s) {
-    row_ring_kernels::pop(ctl, n, ticket, static_cast<void*>(s));
+  static void pop(Bk&, ring_control ctl, std::uint32_t n, std::uint32_t at_least, ring_ticket* ticket, S s) {
+    row_ring_kernels::pop(ctl, n, at_least, ticket, static_cast<void*>(s));
   }
   template <class Bk, class S>
   static void release(Bk&, ring_control ctl, const ring_ticket* ticket, S s) {

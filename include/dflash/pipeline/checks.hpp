@@ -198,6 +198,8 @@ struct shape_facts {
   std::span<const bool> in_order;               ///< per stage
   std::span<const std::string_view> link_names;  ///< per link
   std::span<const bool> crosses_processes;      ///< per link
+  std::span<const row_sizes> rows;              ///< per link
+  std::span<const bool> carries_rows;           ///< per link: its delivery is delivers_rows_once
 };
 
 /// Stage i of `f` runs on `rank` (an empty list: on every process).
@@ -224,6 +226,10 @@ inline void check_shape_facts(const shape_facts& f) {
     // One limit for every link kind, whatever it allocates (a direct link's window allocates nothing).
     if (f.depths[i] > max_ring_capacity)
       throw std::invalid_argument(link + " needs a depth of at most 2^61 (got " + n(f.depths[i]) + ")");
+    // A rows link checks its own sizes against its item type when it is made.
+    if (!f.carries_rows[i] && f.rows[i] != row_sizes{})
+      throw std::invalid_argument(link + " does not carry rows: shape.rows[" + n(i) +
+                                  "] is for a dflash::device_queue_link only and must stay {}");
   }
 }
 
@@ -274,7 +280,11 @@ Shape checked_shape(const Shape& s) {
   static constexpr auto crosses = []<std::size_t... L>(std::index_sequence<L...>) {
     return std::array<bool, T::link_count>{bool(T::template link_kind<L>::crosses_processes)...};
   }(std::make_index_sequence<T::link_count>{});
-  const shape_facts f{s.workers, s.depths, s.ranks, s.rank, in_order, names, crosses};
+  static constexpr auto carries_rows = []<std::size_t... L>(std::index_sequence<L...>) {
+    return std::array<bool, T::link_count>{
+        std::is_same_v<typename T::template link_kind<L>::delivery, delivers_rows_once>...};
+  }(std::make_index_sequence<T::link_count>{});
+  const shape_facts f{s.workers, s.depths, s.ranks, s.rank, in_order, names, crosses, s.rows, carries_rows};
   check_shape_facts(f);
   [&]<std::size_t... I>(std::index_sequence<I...>) { (check_segment<T, I>(s), ...); }(
       std::make_index_sequence<T::stage_count>{});

@@ -410,7 +410,7 @@ class pipeline_core {
     if (!shape_.here(L) && !shape_.here(L + 1)) return;
     const link_context<P, std::conditional_t<topo::has_device_links, backend_type, no_backend>> ctx{
         shape_.depths[L], prof(), device_backend(), std::span<const int>(shape_.ranks[L]),
-        std::span<const int>(shape_.ranks[L + 1])};
+        std::span<const int>(shape_.ranks[L + 1]), shape_.rows[L]};
     std::get<L>(links_) = link_kind<L>::template open<item_type<L>, P>(ctx);
     if constexpr (topo::template pending_at<L>) dev_.pools[L] = std::make_unique<event_pool<backend_type>>(dev_.backend);
     if constexpr (flow && topo::template slots_at<L>) stamps_[L].assign(shape_.depths[L], flow_stamp{});

@@ -26,7 +26,8 @@
 //   endpoint<Item, P>      the run-time object the pipeline makes for it, answering the endpoint
 //                          protocol of what it carries (pipeline/endpoint.hpp: ValueEndpoint or
 //                          SlotEndpoint; Item may be an envelope, moved through whole)
-//   open<Item>(ctx)        makes the endpoint (std::unique_ptr; a null pointer for no endpoint)
+//   open<Item>(ctx)        makes the endpoint (std::unique_ptr; a null pointer for no endpoint);
+//                          a kind whose delivery is delivers_rows_once reads ctx.rows (shape.rows)
 //   close(e)               no more items from the producer side (normal end: the consumer drains)
 //   cancel(e)              wake every blocked thread now; later hand-overs fail
 //   check<Site>()          its requirements on the place it was put in, as static_asserts that state
@@ -50,6 +51,7 @@
 #include <type_traits>
 
 #include "dflash/analysis/pipeline_layout.hpp"
+#include "dflash/pipeline/shape.hpp"
 #include "dflash/profile/fixed_string.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/queue/queue_keys.hpp"
@@ -64,14 +66,16 @@ struct carries_values {};
 struct carries_device_slots {};
 
 /// What a link kind's open() gets: the run-time depth, the profiler, the
-/// device backend of the pipeline's device links (null without any), and
-/// where the stages on either side run (ranks; empty = this process only).
+/// device backend of the pipeline's device links (null without any), where
+/// the stages on either side run (ranks; empty = this process only), and the
+/// shape's row sizes (a kind that carries rows; {} for any other).
 template <class P, class Backend>
 struct link_context {
   std::size_t depth;
   const P& prof;
   Backend* backend;
   std::span<const int> producer_ranks, consumer_ranks;
+  row_sizes rows{};
 };
 
 /// The endpoint of a link kind that needs no run-time object (direct_link).

@@ -1,7 +1,8 @@
 #pragma once
 // dflash::pipeline_shape: the run-time sizes and placement of a pipeline —
-// threads per stage, depth per link, which processes run which stages, and
-// which devices a device stage's workers use.
+// threads per stage, depth per link (and the row sizes of a rows link),
+// which processes run which stages, and which devices a device stage's
+// workers use.
 // Pipeline::default_shape() fills it from the compile-time workers<S, N> and
 // link depths; checks.hpp validates it before anything is made.
 
@@ -12,10 +13,22 @@
 
 namespace dflash {
 
+/// The run-time row sizes of a link that carries rows (dflash::device_queue_link):
+/// 0 keeps the kind's compile-time value. Other kinds take none (all 0).
+struct row_sizes {
+  std::size_t max_per_push = 0;  ///< the most rows one producer call pushes (MaxRowsPerPush)
+  std::size_t batch = 0;         ///< the most rows one consumer call gets (BatchRows)
+  std::size_t width = 0;         ///< payload elements per row (device_rows<Row, B, Elem>, Elem not void: required)
+  friend bool operator==(const row_sizes&, const row_sizes&) = default;
+};
+
 template <std::size_t Stages, std::size_t Links>
 struct pipeline_shape {
   std::array<std::size_t, Stages> workers{};
   std::array<std::size_t, Links> depths{};
+  /// Row sizes per link, for a link that carries rows (its depth is then its
+  /// capacity in rows); {} elsewhere.
+  std::array<row_sizes, Links> rows{};
   /// Placement over processes (MPI ranks): the ranks that run stage I, or
   /// empty for "every process runs it" (a single-process pipeline). A link
   /// between a stage that runs here and one that does not must be a link kind

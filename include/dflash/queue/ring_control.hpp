@@ -145,8 +145,9 @@ class ring_control {
     seq(pos).store(2 * pos + 1, cuda::std::memory_order_release);
   }
 
-  /// Reserve up to max_n consecutive published positions for reading.
-  DFLASH_HOST_DEVICE ring_ticket try_reserve_pop(std::uint32_t max_n) const noexcept {
+  /// Reserve up to max_n consecutive published positions for reading; none
+  /// (empty) when fewer than at_least are published.
+  DFLASH_HOST_DEVICE ring_ticket try_reserve_pop(std::uint32_t max_n, std::uint32_t at_least = 1) const noexcept {
     atomic_ref deq(h_->dequeue);
     unsigned long long pos = deq.load(cuda::std::memory_order_relaxed);
     for (;;) {
@@ -165,6 +166,7 @@ class ring_control {
         break;  // d < 0: not published yet
       }
       if (stale) continue;
+      if (k > 0 && k < at_least) return {ring_status::empty, 0, 0};
       if (k == 0) {
         const unsigned long long word = atomic_ref(h_->enqueue).load(cuda::std::memory_order_acquire);
         const unsigned long long now = deq.load(cuda::std::memory_order_relaxed);
