@@ -391,6 +391,7 @@ TEST_CASE("device_queue_link: full_batches hands out whole batches but the last"
       CHECK(st.rows_out == static_cast<std::uint64_t>(rows));
       CHECK(st.batches == static_cast<std::uint64_t>(seen.batches.load()));
       CHECK(st.empty_batches == static_cast<std::uint64_t>(seen.empty_batches.load()));
+      CHECK(st.short_batches == static_cast<std::uint64_t>(partial));
       CHECK(st.fill_samples == st.batches);
       CHECK(st.fill_max <= p.link<1>().capacity());
       CHECK(p.backend().stats().host_waits == 0);

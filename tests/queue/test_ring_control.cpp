@@ -153,16 +153,17 @@ TEST_CASE("ring: a pop of at least n takes n or more published rows, or none", "
   const auto none = ctl.try_reserve_pop(4, 4);
   CHECK(none.status == ring_status::empty);
   CHECK(none.count == 0);
-  const auto three = ctl.try_reserve_pop(4, 3);  // nothing was taken by the refusal
-  REQUIRE(three.status == ring_status::ok);
-  CHECK(three.first == 0);
-  CHECK(three.count == 3);
+  const auto two = ctl.try_reserve_pop(2, 5);  // at_least above max_n asks for max_n; nothing was taken above
+  REQUIRE(two.status == ring_status::ok);
+  CHECK(two.first == 0);
+  CHECK(two.count == 2);
+  CHECK(ctl.try_reserve_pop(4, 2).status == ring_status::empty);  // only position 2 is written
   ctl.publish(3);
   ctl.publish(4);
-  const auto two = ctl.try_reserve_pop(4, 2);
-  REQUIRE(two.status == ring_status::ok);
-  CHECK(two.first == 3);
-  CHECK(two.count == 2);
+  const auto three = ctl.try_reserve_pop(4, 3);
+  REQUIRE(three.status == ring_status::ok);
+  CHECK(three.first == 2);
+  CHECK(three.count == 3);
   CHECK(ctl.try_reserve_pop(4, 1).status == ring_status::empty);
 }
 

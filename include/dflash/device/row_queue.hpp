@@ -98,7 +98,7 @@ concept BatchFill = std::is_same_v<T, partial_batches> || std::is_same_v<T, full
 /// knew were in the ring at each pop (a sampled fill level).
 struct row_queue_stats {
   std::uint64_t rows_in = 0, rows_out = 0;
-  std::uint64_t batches = 0, short_batches = 0, empty_batches = 0;  ///< completed pops; short: below the batch size
+  std::uint64_t batches = 0, short_batches = 0, empty_batches = 0;  ///< completed pops; short: 1 row to below the batch size
   std::uint64_t fill_samples = 0, fill_sum = 0, fill_max = 0;       ///< counted rows not yet popped, at each pop
   [[nodiscard]] double mean_fill() const noexcept {
     return fill_samples ? static_cast<double>(fill_sum) / static_cast<double>(fill_samples) : 0.0;
@@ -289,7 +289,8 @@ class row_queue {
         wait_locked(lk, s);
       }
       const bool all_counted = closed_ && filling_ == 0 && unresolved == 0;
-      const unsigned long long known = pushed_ - popped_;
+      // (partial_batches may pop rows of a call not counted yet: then popped_ > pushed_)
+      const unsigned long long known = pushed_ > popped_ ? pushed_ - popped_ : 0;
       ++stats_.fill_samples;
       stats_.fill_sum += known;
       stats_.fill_max = std::max(stats_.fill_max, static_cast<std::uint64_t>(known));
@@ -460,7 +461,7 @@ class row_queue {
       const ring_ticket tk = *static_cast<const ring_ticket*>(c->pinned);
       popped_ += tk.count;
       ++stats_.batches;
-      if (tk.count < batch_) ++stats_.short_batches;
+      if (tk.count > 0 && tk.count < batch_) ++stats_.short_batches;
       if (tk.count == 0) ++stats_.empty_batches;
       if (full && tk.count == 0 && !c->after_all_counted) stalled_at_ = c->counted_at_pop;
       if (c->after_all_counted && tk.count == 0) seen_empty_ = true;

@@ -148,6 +148,7 @@ class ring_control {
   /// Reserve up to max_n consecutive published positions for reading; none
   /// (empty) when fewer than at_least are published.
   DFLASH_HOST_DEVICE ring_ticket try_reserve_pop(std::uint32_t max_n, std::uint32_t at_least = 1) const noexcept {
+    if (at_least > max_n) at_least = max_n;
     atomic_ref deq(h_->dequeue);
     unsigned long long pos = deq.load(cuda::std::memory_order_relaxed);
     for (;;) {
@@ -166,7 +167,16 @@ class ring_control {
         break;  // d < 0: not published yet
       }
       if (stale) continue;
-      if (k > 0 && k < at_least) return {ring_status::empty, 0, 0};
+      if (k > 0 && k < at_least) {
+        // Fewer than asked: unless another reader moved on meanwhile (its
+        // positions still read as published until released), take none.
+        const unsigned long long now = deq.load(cuda::std::memory_order_relaxed);
+        if (now != pos) {
+          pos = now;
+          continue;
+        }
+        return {ring_status::empty, 0, 0};
+      }
       if (k == 0) {
         const unsigned long long word = atomic_ref(h_->enqueue).load(cuda::std::memory_order_acquire);
         const unsigned long long now = deq.load(cuda::std::memory_order_relaxed);
