@@ -169,7 +169,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
         "SECONDS: 0 or [" + format_seconds(lo) + ", " + format_seconds(hi) + "]");
   };
 
-  std::string format = "table", device = "cpu";
+  std::string format = "table", device = "cpu", hs_link = "slots";
   if (!profiled) o.profile_interval = 0;  // the plain build reports nothing; its default says so
   app.add_option("--profile-interval", o.profile_interval,
                  "seconds between per-stage profile tables (0 = off; profiled build)")
@@ -196,6 +196,14 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
                  "asynchronously; the drafter runs on the CPU")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  app.add_option("--hs-link", hs_link,
+                     "how hidden states reach the postprocess. slots: hs_device, a dflash::device_link of "
+                     "--post-link-depth device slots, one step's padded states each, packed by the postprocess. "
+                     "rows: hs_rows, a dflash::device_queue_link: the target workers push only their valid tokens' "
+                     "rows into a ring in device memory, and the postprocess pops exactly --seq-len of them per "
+                     "batch, across steps and documents (the ring holds --post-link-depth + 1 batches)")
+          ->check(CLI::IsMember({"slots", "rows"}))
+          ->capture_default_str();
   app.add_option("--progress-interval", o.progress_interval, "seconds between progress lines (0 = only the last)")
       ->check(seconds(min_interval_s, max_progress_interval_s))
       ->capture_default_str();
@@ -279,6 +287,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
       return usage("--ranks: one drafter rank is supported (several would need a gradient all-reduce), got drafter=" +
                    std::to_string(d));
     if (device == "cuda") return usage("--ranks: the MPI job runs the hs_device link on the host twin: use --device cpu");
+    if (hs_link == "rows") return usage("--ranks: the MPI job carries whole steps over hs_device: use --hs-link slots");
     if (trace->count() > 0) return usage("--ranks: --trace is per process and not supported in an MPI job");
     if (results->count() > 0) return usage("--ranks: --results is not supported in an MPI job");
     o.target_ranks = t;
@@ -296,11 +305,14 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
                        std::to_string(o.gpus.size()) + " device(s), one per listed id (ids 0.." +
                        std::to_string(o.gpus.size() - 1) + ")");
     if (ranks_opt->count() > 0) return usage("--gpus: not supported in an MPI job (--ranks)");
+    if (hs_link == "rows" && o.gpus.size() > 1)
+      return usage("--gpus: --hs-link rows keeps its ring on one device: list one device, or use --hs-link slots");
   }
   if (!o.trace.empty())  // before any work, and an existing file stays as it is until the run writes it
     if (const std::string why = trace_not_writable(o.trace); !why.empty()) return usage("--trace: " + why);
   o.profile_format = format == "json" ? output_format::json : output_format::table;
   o.device = device == "cuda" ? device_kind::cuda : device_kind::cpu;
+  o.hs_link = hs_link == "rows" ? hs_link_kind::rows : hs_link_kind::slots;
   return std::nullopt;
 }
 

@@ -14,6 +14,12 @@
 // its unpacking, so neither the host thread nor a later step can overwrite
 // what a copy still reads; each block's event (recorded after its step's last
 // copy) says when the pool may hand it out again.
+// enqueue_rows (--hs-link rows) reads a batch of the hs_rows ring instead: a
+// gather kernel copies its rows (the count read on the device) into the fixed
+// --seq-len layout, padding the rest; document ids and positions come from two
+// CUB scans over the rows' document boundaries (no lengths: the host never
+// knew them); anchors among the counted tokens and the block mask as above;
+// tokens, loss mask and the count travel back with the results.
 // Built when DFLASH_ENABLE_CUDA is ON, with target_forward_gpu.cu (the target model's forward).
 #include "device_postprocess.hpp"
 
@@ -36,6 +42,9 @@
 #include <dflash/ops/block_mask.cuh>
 #include <dflash/ops/doc_ids.cuh>
 #include <dflash/ops/pack_hidden_states.cuh>
+
+#include <cub/device/device_scan.cuh>
+#include <cuda/std/functional>
 
 namespace dflash_example {
 
@@ -69,6 +78,8 @@ struct layout {
   std::size_t packed, doc, pos, anchors, kv_num, kv_idx, full_num, full_idx, cu, keep, out_bytes;
   std::size_t seq_len, lengths, loss, in_bytes;
   std::size_t in, temp, temp_bytes, total;
+  // rows_layout_for only: results (tokens, loss mask, the count) and scratch (flags, starts)
+  std::size_t tokens = 0, loss_out = 0, count = 0, flags = 0, start_at = 0, start = 0;
 };
 
 class carve {
@@ -106,6 +117,48 @@ layout layout_for(const dims& n) {
   l.temp_bytes = std::max({gpu::doc_ids_temp_bytes(docs, tokens), gpu::cu_seqlens_temp_bytes(docs),
                            gpu::anchors_temp_bytes(1, tokens), std::size_t{1}});
   l.in = out.take(l.in_bytes);
+  l.temp = out.take(l.temp_bytes);
+  l.total = out.used;
+  return l;
+}
+
+/// A rows job's layout: S = seq_len tokens, no documents known ahead, no
+/// inputs (the rows are on the device already).
+layout rows_layout_for(const rows_job& job, dims& n) {
+  constexpr std::size_t i32 = sizeof(std::int32_t);
+  const std::int32_t nqt = dflash::ops::tiles_for(job.mask.num_queries(), job.tile.q);
+  const std::int32_t nkt = dflash::ops::tiles_for(job.mask.num_kv(), job.tile.kv);
+  n = {0, static_cast<std::size_t>(job.seq_len), static_cast<std::size_t>(job.feature),
+       static_cast<std::size_t>(job.anchors.num_anchors), static_cast<std::size_t>(nqt),
+       static_cast<std::size_t>(nqt) * static_cast<std::size_t>(nkt)};
+  layout l{};
+  carve out;
+  l.packed = out.take(n.tokens * n.feature * sizeof(float));
+  l.doc = out.take(n.tokens * i32);
+  l.pos = out.take(n.tokens * i32);
+  l.anchors = out.take(n.anchors * i32);
+  l.kv_num = out.take(n.nq * i32);
+  l.kv_idx = out.take(n.nidx * i32);
+  l.full_num = out.take(n.nq * i32);
+  l.full_idx = out.take(n.nidx * i32);
+  l.keep = out.take(n.anchors);
+  l.tokens = out.take(n.tokens * i32);
+  l.loss_out = out.take(n.tokens);
+  l.count = out.take(i32);  // also the anchors' seq_lens: {count}
+  l.out_bytes = out.used;
+  l.flags = out.take(n.tokens * i32);
+  l.start_at = out.take(n.tokens * i32);
+  l.start = out.take(n.tokens * i32);
+  const auto S = static_cast<int>(job.seq_len);
+  std::size_t sum_bytes = 0, max_bytes = 0;
+  check(cub::DeviceScan::InclusiveSum(nullptr, sum_bytes, static_cast<const std::int32_t*>(nullptr),
+                                      static_cast<std::int32_t*>(nullptr), S),
+        "device_postprocess: InclusiveSum (size query)");
+  check(cub::DeviceScan::InclusiveScan(nullptr, max_bytes, static_cast<const std::int32_t*>(nullptr),
+                                       static_cast<std::int32_t*>(nullptr), cuda::maximum<std::int32_t>{}, S),
+        "device_postprocess: InclusiveScan (size query)");
+  l.temp_bytes = std::max({sum_bytes, max_bytes, gpu::anchors_temp_bytes(1, job.seq_len), std::size_t{1}});
+  l.in = l.in_bytes = 0;
   l.temp = out.take(l.temp_bytes);
   l.total = out.used;
   return l;
@@ -225,6 +278,57 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("device_postprocess: " + what);
 }
 
+constexpr unsigned kThreads = 256;
+
+/// Row i < count of the batch, or padding: token, loss, and where a document
+/// piece starts (flags[i] = 1 at i == 0, at a row whose document differs from
+/// the row before it, and where the padding begins; start_at[i] = i there, else 0).
+__global__ void gather_rows_kernel(dflash::row_batch<hs_token, float> b, std::int32_t S, std::int32_t* tokens,
+                                   std::uint8_t* loss, std::int32_t* flags, std::int32_t* start_at, std::int32_t* count) {
+  const auto n = static_cast<std::int32_t>(b.count());
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < S; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const auto u = static_cast<std::uint32_t>(i);
+    bool starts = i == 0;
+    if (i < n) {
+      const hs_token r = b[u];
+      tokens[i] = r.token;
+      loss[i] = static_cast<std::uint8_t>(r.loss);
+      starts = starts || r.doc != b[u - 1].doc;
+    } else {
+      tokens[i] = 0;
+      loss[i] = 0;
+      starts = starts || i == n;
+    }
+    flags[i] = starts ? 1 : 0;
+    start_at[i] = starts ? static_cast<std::int32_t>(i) : 0;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) *count = n;
+}
+
+/// hidden[i * F + k] = row i's payload, 0 past the count.
+__global__ void gather_hidden_kernel(dflash::row_batch<hs_token, float> b, std::int32_t S, std::int32_t F,
+                                     float* hidden) {
+  const auto n = static_cast<std::int64_t>(b.count());
+  const std::int64_t total = std::int64_t{S} * F;
+  for (std::int64_t e = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int64_t i = e / F, k = e % F;
+    hidden[e] = i < n ? b.payload(static_cast<std::uint32_t>(i))[k] : 0.0f;
+  }
+}
+
+/// doc = (starts so far) - 1, pos = i - the piece's start: doc_ids' numbering over the pieces.
+__global__ void doc_pos_kernel(std::int32_t S, const std::int32_t* start, std::int32_t* doc, std::int32_t* pos) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < S; i += std::int64_t{gridDim.x} * blockDim.x) {
+    doc[i] -= 1;
+    pos[i] = static_cast<std::int32_t>(i) - start[i];
+  }
+}
+
+unsigned blocks_for(std::int64_t items) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>((items + kThreads - 1) / kThreads, 1, 1 << 16));
+}
+
 /// Host-side checks: a bad job would make the kernels read or write out of bounds.
 void validate(const device_job& job) {
   constexpr std::string_view op = "device_postprocess";
@@ -263,6 +367,7 @@ struct device_result::state {
   layout l{};
   dims n{};
   std::int32_t expected_tokens = 0;
+  bool rows = false;  // a rows_job's results: tokens, loss mask and count too, no packing check
   state() = default;
   state(const state&) = delete;
   state& operator=(const state&) = delete;
@@ -295,6 +400,17 @@ void device_result::unpack(const device_output& out) const {
   copy(out.mask.kv_indices, l.kv_idx, n.nidx);
   copy(out.mask.full_kv_num_blocks, l.full_num, n.nq);
   copy(out.mask.full_kv_indices, l.full_idx, n.nidx);
+  if (s_->rows) {
+    require(out.tokens.size() == n.tokens && out.loss_mask.size() == n.tokens && out.count,
+            "a rows result needs tokens and loss_mask of seq_len entries and a count");
+    copy(out.tokens.data(), l.tokens, n.tokens);
+    copy(out.loss_mask.data(), l.loss_out, n.tokens);
+    copy(out.count, l.count, 1);
+    if (*out.count < 0 || static_cast<std::size_t>(*out.count) > n.tokens)
+      throw std::runtime_error("device_postprocess: a batch of " + std::to_string(*out.count) + " rows, for a layout of " +
+                               std::to_string(n.tokens));
+    return;
+  }
   std::int32_t packed = 0;
   std::memcpy(&packed, staged + l.cu + n.docs * sizeof(std::int32_t), sizeof packed);
   if (packed != s_->expected_tokens)
@@ -395,6 +511,79 @@ device_result device_postprocessor::enqueue(const device_job& job, void* stream)
   } catch (...) {
     // Whatever was enqueued: the pool does not reuse the block, nor the
     // destructor free the arena, before it has run.
+    (void)cudaEventRecord(result->block.done, s);
+    (void)cudaEventRecord(st.done, s);
+    throw;
+  }
+  check(cudaEventRecord(st.done, s), "device_postprocess: cudaEventRecord");
+  return device_result(std::move(result));
+}
+
+device_result device_postprocessor::enqueue_rows(const rows_job& job, void* stream) {
+  impl& d = *impl_;
+  const auto s = static_cast<cudaStream_t>(stream);
+  constexpr std::string_view op = "device_postprocess";
+  require(job.seq_len >= 1 && job.feature >= 1, "seq_len and feature must be positive");
+  require(job.batch.width == static_cast<std::uint32_t>(job.feature),
+          "the ring's rows carry " + std::to_string(job.batch.width) + " floats, feature = " + std::to_string(job.feature));
+  require(job.batch.data && job.batch.payloads && job.batch.ticket, "the batch has a null array");
+  require(job.tile.q > 0 && job.tile.kv > 0, "tile sizes must be positive");
+  dflash::ops::detail::check_mask_params(job.mask, op);
+  dflash::ops::detail::check_anchor_args(job.anchors, 1, job.seq_len, op);
+  require(job.mask.context_len == job.seq_len, "mask.context_len != seq_len");
+  require(job.anchors.num_anchors == job.mask.num_blocks, "anchors.num_anchors != mask.num_blocks");
+  dims n{};
+  const layout l = rows_layout_for(job, n);  // one shape per run: buffers are reused as they are
+  stream_state& st = d.state(s);
+
+  auto result = std::make_unique<device_result::state>();
+  result->pool = d.pool;
+  result->l = l;
+  result->n = n;
+  result->rows = true;
+  result->block = d.pool->take(block_bytes(l), block_bytes(l));
+  std::byte* const pin = result->block.p;
+
+  check(cudaStreamWaitEvent(s, st.done, 0), "device_postprocess: cudaStreamWaitEvent");
+  try {
+    if (l.total > st.arena_cap) st.ensure_arena(l.total, l.total, s);
+    std::byte* const a = st.arena;
+    const std::int32_t S = job.seq_len, F = job.feature;
+    auto* doc = at<std::int32_t>(a, l.doc);
+    auto* pos = at<std::int32_t>(a, l.pos);
+    auto* flags = at<std::int32_t>(a, l.flags);
+    auto* start_at = at<std::int32_t>(a, l.start_at);
+    auto* start = at<std::int32_t>(a, l.start);
+    auto* count = at<std::int32_t>(a, l.count);
+    auto* loss = at<std::uint8_t>(a, l.loss_out);
+    auto* anchors = at<std::int32_t>(a, l.anchors);
+    auto* keep = at<std::uint8_t>(a, l.keep);
+    void* temp = a + l.temp;
+
+    // 1. The batch's rows into the layout (the count read here, on the device).
+    gather_rows_kernel<<<blocks_for(S), kThreads, 0, s>>>(job.batch, S, at<std::int32_t>(a, l.tokens), loss, flags,
+                                                          start_at, count);
+    gpu::detail::check_launch("device_postprocess: gather rows");
+    gather_hidden_kernel<<<blocks_for(std::int64_t{S} * F), kThreads, 0, s>>>(job.batch, S, F, at<float>(a, l.packed));
+    gpu::detail::check_launch("device_postprocess: gather hidden states");
+    // 2. Document pieces: their count so far (ids) and where each began (positions).
+    std::size_t bytes = l.temp_bytes;
+    check(cub::DeviceScan::InclusiveSum(temp, bytes, flags, doc, S, s), "device_postprocess: InclusiveSum");
+    bytes = l.temp_bytes;
+    check(cub::DeviceScan::InclusiveScan(temp, bytes, start_at, start, cuda::maximum<std::int32_t>{}, S, s),
+          "device_postprocess: InclusiveScan");
+    doc_pos_kernel<<<blocks_for(S), kThreads, 0, s>>>(S, start, doc, pos);
+    gpu::detail::check_launch("device_postprocess: doc ids");
+    // 3. Anchors among the counted tokens, the block mask.
+    gpu::select_anchors(job.anchors, 1, S, count, loss, doc, anchors, keep, temp, l.temp_bytes, s);
+    const dflash::ops::block_sparse_view mask{at<std::int32_t>(a, l.kv_num), at<std::int32_t>(a, l.kv_idx),
+                                              at<std::int32_t>(a, l.full_num), at<std::int32_t>(a, l.full_idx)};
+    gpu::build_block_mask(job.mask, job.tile, pos, anchors, keep, mask, s);
+
+    // 4. Every result -> the block, one copy.
+    check(cudaMemcpyAsync(pin, a, l.out_bytes, cudaMemcpyDeviceToHost, s), "device_postprocess: copy back");
+    check(cudaEventRecord(result->block.done, s), "device_postprocess: cudaEventRecord");
+  } catch (...) {
     (void)cudaEventRecord(result->block.done, s);
     (void)cudaEventRecord(st.done, s);
     throw;

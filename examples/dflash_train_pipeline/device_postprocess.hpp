@@ -17,8 +17,11 @@
 #include <string>
 #include <vector>
 
+#include <dflash/device/device_rows.hpp>
 #include <dflash/ops/anchors.hpp>
 #include <dflash/ops/block_mask.hpp>
+
+#include "hs_token.hpp"
 
 namespace dflash_example {
 
@@ -34,14 +37,29 @@ struct device_job {
   dflash::ops::tile_shape tile;
 };
 
+/// One batch of the hs_rows link (--hs-link rows): its rows, on the device,
+/// with a count only the device knows; the results have the fixed layout of
+/// `seq_len` tokens (the rows, then padding).
+struct rows_job {
+  dflash::row_batch<hs_token, float> batch;   ///< DEVICE memory: the popped rows and their payloads
+  std::int32_t seq_len = 0, feature = 0;      ///< the layout's tokens; the payload's width
+  dflash::ops::anchor_params anchors;
+  dflash::ops::block_mask_params mask;        ///< context_len == seq_len
+  dflash::ops::tile_shape tile;
+};
+
 /// Host destinations of device_result::unpack, sized by the caller:
 /// hidden [tokens*feature], doc_ids/pos [tokens], anchors/keep [num_anchors],
-/// mask arrays as block_sparse_mask lays them out.
+/// mask arrays as block_sparse_mask lays them out. A rows_job's results also
+/// fill tokens and loss_mask [tokens] and *count (the batch's rows).
 struct device_output {
   std::span<float> hidden;
   std::span<std::int32_t> doc_ids, pos, anchors;
   std::span<std::uint8_t> keep;
   dflash::ops::block_sparse_view mask;
+  std::span<std::int32_t> tokens{};
+  std::span<std::uint8_t> loss_mask{};
+  std::int32_t* count = nullptr;
 };
 
 /// One step's results in pinned host memory (a staging block of the
@@ -87,6 +105,10 @@ class device_postprocessor {
   /// stream come from one thread at a time (the postprocess stage's worker
   /// owns its stream).
   [[nodiscard]] device_result enqueue(const device_job& job, void* stream);
+  /// The same for a batch of rows: gathered from the ring (the rows' count
+  /// read on the device), documents and positions from the rows' document
+  /// ids (a CUB scan), anchors among the counted tokens, the block mask.
+  [[nodiscard]] device_result enqueue_rows(const rows_job& job, void* stream);
 
  private:
   struct impl;

@@ -29,5 +29,6 @@ device_result::~device_result() = default;
 void device_result::unpack(const device_output&) const { throw std::logic_error(probe_text()); }
 
 device_result device_postprocessor::enqueue(const device_job&, void*) { throw std::runtime_error(probe()); }
+device_result device_postprocessor::enqueue_rows(const rows_job&, void*) { throw std::runtime_error(probe()); }
 
 }  // namespace dflash_example

@@ -45,7 +45,7 @@ struct drafter_train {
   Drafter* drafter;
   TrainLog* log;
   Console* console;
-  std::int64_t total_steps;
+  std::int64_t total_steps;  ///< 0: not known ahead (--hs-link rows: steps are the link's batches)
   double progress_interval;
   clock::time_point start = clock::now();
   clock::time_point last_print = start;
@@ -83,10 +83,10 @@ struct drafter_train {
       }
       log->losses.push_back(s.loss);
       log->last_accuracy = s.accuracy;
-      log->tokens += it.num_tokens();
+      log->tokens += it.real_tokens();
     }
     const auto now = clock::now();
-    const bool last = seen == total_steps;
+    const bool last = total_steps > 0 && seen == total_steps;
     if (last || (progress_interval > 0 && now - last_print >= std::chrono::duration<double>(progress_interval))) {
       last_print = now;
       console->progress(progress_line(now));
@@ -96,8 +96,10 @@ struct drafter_train {
   [[nodiscard]] std::string progress_line(clock::time_point now) const {
     const double secs = std::chrono::duration<double>(now - start).count();
     char buf[160];
-    std::snprintf(buf, sizeof buf, "step %6lld/%lld  %9.0f tok/s  loss %.4f  acc %.3f", static_cast<long long>(seen),
-                  static_cast<long long>(total_steps), secs > 0 ? static_cast<double>(log->tokens) / secs : 0.0,
+    char of[32] = "";  // "/total" when the number of steps is known ahead
+    if (total_steps > 0) std::snprintf(of, sizeof of, "/%lld", static_cast<long long>(total_steps));
+    std::snprintf(buf, sizeof buf, "step %6lld%s  %9.0f tok/s  loss %.4f  acc %.3f", static_cast<long long>(seen), of,
+                  secs > 0 ? static_cast<double>(log->tokens) / secs : 0.0,
                   log->losses.empty() ? 0.0 : log->losses.back(), log->last_accuracy);
     return buf;
   }

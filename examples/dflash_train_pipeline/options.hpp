@@ -9,13 +9,20 @@
 namespace dflash_example {
 
 enum class device_kind { cpu, cuda };
+/// How hidden states cross from the target workers to the postprocess.
+enum class hs_link_kind {
+  slots,  ///< hs_device, a dflash::device_link: one step's padded states per slot
+  rows,   ///< hs_rows, a dflash::device_queue_link: valid tokens' rows, --seq-len per batch
+};
 enum class output_format { table, json };
 
 struct Options {
   std::int64_t steps = 200;             ///< batches the source produces (= drafter steps, minus dropped samples)
   std::int32_t target_workers = 2;      ///< threads running the target forward
   std::int32_t batch_queue_depth = 8;   ///< source -> target workers
-  std::int32_t post_link_depth = 4;     ///< slots of the hs_device link (target workers -> postprocess)
+  std::int32_t post_link_depth = 4;     ///< slots of the hs_device link (target workers -> postprocess);
+                                        ///< --hs-link rows: the hs_rows ring holds this many batches more than one
+  hs_link_kind hs_link = hs_link_kind::slots;
   std::int32_t hs_queue_depth = 60;     ///< postprocess -> drafter (the HS queue)
   std::int32_t hidden = 64;             ///< target hidden width; the drafter sees taps * hidden features
   std::int32_t seq_len = 384;           ///< packed tokens per batch (whole documents, at most this many)

@@ -11,6 +11,7 @@
 
 #include <dflash/dflash.hpp>  // device_item and device_buffer (the pipeline's device links), the ops
 
+#include "hs_token.hpp"
 #include "model.hpp"
 #include "step_check.hpp"
 
@@ -39,6 +40,12 @@ struct HsSlot : dflash::device_item<B> {
   }
 };
 
+/// What crosses the hs_rows link (--hs-link rows): the valid tokens of the
+/// target calls, packed, each with its hidden state (a payload of
+/// feature_dim() floats, the shape's rows width).
+template <dflash::DeviceBackend B>
+using HsRows = dflash::device_rows<hs_token, B, float>;
+
 /// The drafter's CSR attention mask from a block-sparse mask that carries its
 /// rule: the library's expansion (full tiles whole, partial tiles by the rule,
 /// empty tiles never looked at), compressed to the rows the drafter reads.
@@ -49,8 +56,9 @@ struct HsSlot : dflash::device_item<B> {
 
 /// One HS-queue entry: everything the drafter needs for a step, packed.
 struct HsItem {
-  std::int64_t step = 0;
+  std::int64_t step = 0;                ///< the source's step (--hs-link rows: the batch's number)
   bool dropped = false;                 ///< fewer than 2 x block_size loss tokens: skipped
+  std::int32_t padding = 0;             ///< --hs-link rows: rows past the batch's tokens (the last, short batch)
   std::vector<float> hidden;            ///< [S, feature]
   std::vector<std::int32_t> tokens;     ///< [S]
   std::vector<std::uint8_t> loss_mask;  ///< [S]
@@ -66,6 +74,8 @@ struct HsItem {
   std::function<void(HsItem&)> finish_on_host;
 
   [[nodiscard]] std::int32_t num_tokens() const noexcept { return static_cast<std::int32_t>(tokens.size()); }
+  /// Tokens that are real (not padding): what a trained step counts.
+  [[nodiscard]] std::int32_t real_tokens() const noexcept { return num_tokens() - padding; }
 
   /// FNV-1a over every field the postprocess wrote (float bits included):
   /// equal digests = bit-identical postprocess results (--results).
@@ -77,6 +87,7 @@ struct HsItem {
     };
     auto vec = [&mix](const auto& v) { mix(v.data(), v.size() * sizeof(v[0])); };
     mix(&dropped, sizeof dropped);
+    mix(&padding, sizeof padding);
     vec(hidden), vec(tokens), vec(loss_mask), vec(doc_ids), vec(pos), vec(anchors), vec(keep);
     vec(mask.kv_num_blocks), vec(mask.kv_indices), vec(mask.full_kv_num_blocks), vec(mask.full_kv_indices);
     return h;

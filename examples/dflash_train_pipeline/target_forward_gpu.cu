@@ -10,6 +10,13 @@
 //        u[S, H]    = z W_l               (cuBLAS; W_l = [A_l; C_l], [2H, H])
 //        x         += tanh(u + b_l)
 //        tapped l:  x -> the slot's rows dst[s], columns [k H, (k + 1) H)
+// enqueue_rows (--hs-link rows) runs the same forward with dst[s] = s into the
+// worker's packed [S, F] scratch (no padded buffer, no memset), then
+//   4. one thread reserves S rows of the ring (row_pusher::reserve: counted on
+//      the device), and a warp per row writes {document, token, loss} and its
+//      F taps and publishes it (dflash::warp_put).
+// This file also holds the device_queue_link's ring kernels
+// (row_ring_kernels.cuh: one .cu file of a program includes them).
 // Memory: everything is allocated once, at construction: the weights, and per
 // worker a cuBLAS handle and workspace, scratch for max_tokens tokens, the
 // CUB scan's temp storage (sized for the largest scan), a pinned token block.
@@ -28,6 +35,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -35,6 +43,8 @@
 #include <vector>
 
 #include <dflash/device/cuda_check.hpp>
+#include <dflash/device/device_rows.cuh>
+#include <dflash/device/row_ring_kernels.cuh>
 
 namespace dflash_example {
 
@@ -140,6 +150,30 @@ __global__ void tap_kernel(const float* x, const std::int32_t* dst, std::int32_t
         x[i];
 }
 
+/// One thread: S rows of the ring for this call (counted; a failure marks the count).
+__global__ void reserve_rows_kernel(dflash::row_pusher<hs_token, float> push, std::uint32_t rows,
+                                    dflash::ring_ticket* ticket) {
+  *ticket = push.reserve(rows);
+}
+
+constexpr int kRowWarps = 8;  // rows written per block of the push, one per warp
+
+/// A warp per packed row s: {doc_base + doc[s], tok[s], loss[s]} and its F
+/// taps from packed[s * F], then the row is published. A reservation that
+/// failed writes nothing (its count says so and the run fails).
+__global__ void push_rows_kernel(dflash::row_pusher<hs_token, float> push, const dflash::ring_ticket* ticket,
+                                 const float* packed, const std::int32_t* tok, const std::int32_t* doc,
+                                 const std::int32_t* loss, std::int64_t doc_base, std::int32_t S, std::int32_t F) {
+  const dflash::ring_ticket t = *ticket;
+  if (t.status != dflash::ring_status::ok) return;
+  const unsigned warp = threadIdx.x / 32;
+  for (std::size_t r = std::size_t{blockIdx.x} * kRowWarps + warp; r < static_cast<std::size_t>(S);
+       r += std::size_t{gridDim.x} * kRowWarps) {
+    const hs_token row{doc_base + doc[r], tok[r], loss[r]};
+    dflash::warp_put(push, t, static_cast<std::uint32_t>(r), row, packed + r * static_cast<std::size_t>(F));
+  }
+}
+
 template <class T>
 T* device_alloc(std::size_t count, std::string_view what) {
   void* p = nullptr;
@@ -187,7 +221,9 @@ struct worker_state {
   void* workspace = nullptr;
   std::size_t workspace_size = 0;
   float *x = nullptr, *xT = nullptr, *runT = nullptr, *z = nullptr, *u = nullptr;
-  std::int32_t *keys = nullptr, *ints = nullptr;  // ints: [tokens | doc | pos | dst], max_tokens each
+  float* packed = nullptr;  // [max_tokens, F]: the taps of enqueue_rows, before the push
+  dflash::ring_ticket* ticket = nullptr;  // enqueue_rows: this call's reservation
+  std::int32_t *keys = nullptr, *ints = nullptr;  // ints: [tokens | doc | pos | dst | loss], max_tokens each
   void* scan_temp = nullptr;
   std::size_t scan_temp_size = 0;
   std::int32_t* pinned = nullptr;      // the host side of `ints`
@@ -195,6 +231,7 @@ struct worker_state {
   cudaEvent_t done = nullptr;           // the last step's last work
   bool in_flight = false;
   target_forward_plan plan;              // host side of a step, its capacity reused
+  std::vector<std::int32_t> loss;        // enqueue_rows: the packed rows' loss mask, its capacity reused
 
   worker_state() = default;
   worker_state(const worker_state&) = delete;
@@ -204,8 +241,8 @@ struct worker_state {
     if (inputs_copied) (void)cudaEventSynchronize(inputs_copied);
     if (blas) (void)cublasDestroy(blas);
     for (void* p : {workspace, static_cast<void*>(x), static_cast<void*>(xT), static_cast<void*>(runT),
-                    static_cast<void*>(z), static_cast<void*>(u), static_cast<void*>(keys), static_cast<void*>(ints),
-                    scan_temp})
+                    static_cast<void*>(z), static_cast<void*>(u), static_cast<void*>(packed), static_cast<void*>(ticket),
+                    static_cast<void*>(keys), static_cast<void*>(ints), scan_temp})
       if (p) (void)cudaFree(p);
     if (pinned) (void)cudaFreeHost(pinned);
     if (done) (void)cudaEventDestroy(done);
@@ -223,6 +260,11 @@ struct target_forward_gpu::impl {
   float* bias = nullptr;       // [layers][H]
   std::vector<std::unique_ptr<worker_state>> workers;
 
+  void check_step(const target_forward_plan& plan) const;
+  void run_forward(worker_state& st, const target_forward_plan& plan, std::span<const std::int32_t> loss, float* out,
+                   std::size_t zero_elems, void* stream,
+                   const std::function<void(const std::int32_t* ints, cudaStream_t)>& after);
+
   impl() = default;
   impl(const impl&) = delete;
   impl& operator=(const impl&) = delete;
@@ -238,6 +280,122 @@ struct target_forward_gpu::impl {
     if (switched) (void)cudaSetDevice(before);
   }
 };
+
+/// Checks common to both outputs, after the plan: the step fits what was
+/// sized at construction, on the device the weights are on.
+void target_forward_gpu::impl::check_step(const target_forward_plan& plan) const {
+  const impl& d = *this;
+  require(plan.size() <= d.max_tokens, "the step has " + std::to_string(plan.size()) + " tokens, more than max_tokens = " +
+                                           std::to_string(d.max_tokens) + " this forward was sized for");
+  require(std::int64_t{d.hidden} * plan.docs <= std::numeric_limits<std::int32_t>::max(),
+          "hidden * docs must stay below 2^31 (the scan keys are 32-bit)");
+  int dev = -1;
+  cuda_check(cudaGetDevice(&dev), "target_forward_gpu: cudaGetDevice");
+  require(dev == d.device, "called on device " + std::to_string(dev) + ", the weights are on device " +
+                               std::to_string(d.device));
+}
+
+/// The forward of `plan` on stream s, its taps written to out[dst[s] * F + ...];
+/// `loss` (rows only: [S], else empty) travels in the token block too. With
+/// zero_elems the first zero_elems floats of out are zeroed first (padding).
+/// The worker's done event is recorded after the step, also when it throws.
+void target_forward_gpu::impl::run_forward(worker_state& st, const target_forward_plan& plan,
+                                           std::span<const std::int32_t> loss, float* out, std::size_t zero_elems,
+                                           void* stream, const std::function<void(const std::int32_t*, cudaStream_t)>& after) {
+  impl& d = *this;
+  const std::int32_t S = plan.size(), H = d.hidden;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const auto toks = static_cast<std::size_t>(S);
+  const std::size_t n = toks * static_cast<std::size_t>(H);
+  std::size_t scan_bytes = 0;  // a host-side query: what this step's scans need of the storage sized at construction
+  if (toks) {
+    cuda_check(cub::DeviceScan::InclusiveSumByKey(nullptr, scan_bytes, st.keys, st.xT, st.runT,
+                                                  static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
+               "target_forward_gpu: InclusiveSumByKey (size query)");
+    if (scan_bytes > st.scan_temp_size)
+      throw std::logic_error("target_forward_gpu: the scan needs " + std::to_string(scan_bytes) +
+                             " bytes of temp storage, more than the " + std::to_string(st.scan_temp_size) +
+                             " sized for max_tokens");
+  }
+  const std::size_t arrays = loss.empty() ? 4 : 5;
+
+  // 1. The pinned block: its previous copy must have left it (a step ago).
+  if (st.in_flight) cuda_check(cudaEventSynchronize(st.inputs_copied), "target_forward_gpu: cudaEventSynchronize");
+  std::int32_t* const pin = st.pinned;
+  if (toks) {
+    std::memcpy(pin, plan.tokens.data(), toks * sizeof(std::int32_t));
+    std::memcpy(pin + toks, plan.doc.data(), toks * sizeof(std::int32_t));
+    std::memcpy(pin + 2 * toks, plan.pos.data(), toks * sizeof(std::int32_t));
+    std::memcpy(pin + 3 * toks, plan.dst.data(), toks * sizeof(std::int32_t));
+    if (!loss.empty()) std::memcpy(pin + 4 * toks, loss.data(), toks * sizeof(std::int32_t));
+  }
+  // A different stream than last time must not overtake this worker's last step on its scratch.
+  cuda_check(cudaStreamWaitEvent(s, st.done, 0), "target_forward_gpu: cudaStreamWaitEvent");
+  if (!st.bound_once || st.bound != s) {
+    // cublasSetStream resets the workspace to cuBLAS's default pool: ours is set after it, every time.
+    cublas_check(cublasSetStream(st.blas, s), "cublasSetStream");
+    cublas_check(cublasSetWorkspace(st.blas, st.workspace, st.workspace_size), "cublasSetWorkspace");
+    st.bound = s;
+    st.bound_once = true;
+  }
+  try {
+    if (toks) {
+      cuda_check(cudaMemcpyAsync(st.ints, pin, arrays * toks * sizeof(std::int32_t), cudaMemcpyHostToDevice, s),
+                 "target_forward_gpu: token upload");
+      cuda_check(cudaEventRecord(st.inputs_copied, s), "target_forward_gpu: cudaEventRecord");
+      st.in_flight = true;
+    }
+    // 2. Padding rows are 0; every real row is written by the taps below.
+    if (zero_elems) cuda_check(cudaMemsetAsync(out, 0, zero_elems * sizeof(float), s), "target_forward_gpu: cudaMemsetAsync");
+    if (toks) {
+      const std::int32_t* tok = st.ints;
+      const std::int32_t* doc = st.ints + toks;
+      const std::int32_t* pos = st.ints + 2 * toks;
+      const std::int32_t* dst = st.ints + 3 * toks;
+      const unsigned grid = grid_for(n);
+      scan_keys_kernel<<<grid, kThreads, 0, s>>>(doc, S, H, plan.docs, st.keys);
+      cuda_check_launch("target_forward_gpu: scan keys");
+      embed_kernel<<<grid, kThreads, 0, s>>>(d.embedding, tok, S, H, st.x);
+      cuda_check_launch("target_forward_gpu: embedding");
+      const auto Hs = static_cast<std::size_t>(H);
+      for (std::int32_t l = 0; l < d.layers; ++l) {
+        const auto ls = static_cast<std::size_t>(l);
+        transpose_kernel<<<grid, kThreads, 0, s>>>(st.x, S, H, st.xT);
+        cuda_check_launch("target_forward_gpu: transpose");
+        cuda_check(cub::DeviceScan::InclusiveSumByKey(st.scan_temp, scan_bytes, st.keys, st.xT, st.runT,
+                                                      static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
+                   "target_forward_gpu: InclusiveSumByKey");
+        norm_inputs_kernel<<<static_cast<unsigned>(S), kNormThreads, 0, s>>>(st.x, st.runT, pos, S, H,
+                                                                              static_cast<float>(detail::kRmsEps), st.z);
+        cuda_check_launch("target_forward_gpu: rms norms");
+        // u = z W_l, row-major: u [S, H], z [S, 2H], W_l [2H, H]. cuBLAS is
+        // column-major, and a row-major [r, c] matrix is the column-major
+        // [c, r] one (its transpose) with leading dimension c. So we ask for
+        // u^T = W_l^T z^T, every operand as stored (CUBLAS_OP_N twice):
+        //   m = H (rows of u^T), n = S (its columns), k = 2H (the shared dimension);
+        //   A = W_l read column-major: H x 2H, lda = H;
+        //   B = z   read column-major: 2H x S, ldb = 2H;
+        //   C = u   read column-major: H x S,  ldc = H.
+        const float one = 1.0f, zero = 0.0f;
+        cublas_check(cublasSgemm(st.blas, CUBLAS_OP_N, CUBLAS_OP_N, H, S, 2 * H, &one, d.weights + ls * 2 * Hs * Hs, H,
+                                 st.z, 2 * H, &zero, st.u, H),
+                     "cublasSgemm");
+        residual_kernel<<<grid, kThreads, 0, s>>>(st.u, d.bias + ls * Hs, S, H, st.x);
+        cuda_check_launch("target_forward_gpu: residual");
+        for (const std::int32_t k : d.taps_of_layer[ls]) {  // every column the CPU model copies this layer into
+          tap_kernel<<<grid, kThreads, 0, s>>>(st.x, dst, S, H, d.feature, k * H, out);
+          cuda_check_launch("target_forward_gpu: tap");
+        }
+      }
+    }
+    if (after) after(st.ints, s);
+  } catch (...) {
+    // Whatever was enqueued: the next step on this worker (and the destructor) waits for it.
+    (void)cudaEventRecord(st.done, s);
+    throw;
+  }
+  cuda_check(cudaEventRecord(st.done, s), "target_forward_gpu: cudaEventRecord");
+}
 
 std::string target_forward_gpu::probe() {
   int n = 0;
@@ -304,11 +462,13 @@ target_forward_gpu::target_forward_gpu(const TargetModel& model, std::int32_t ma
     st->z = device_scratch<float>(2 * n, "z");
     st->u = device_scratch<float>(n, "u");
     st->keys = device_scratch<std::int32_t>(n, "keys");
-    st->ints = device_scratch<std::int32_t>(4 * toks, "token block");
+    st->packed = device_scratch<float>(toks * static_cast<std::size_t>(d->feature), "packed taps");
+    st->ticket = device_scratch<dflash::ring_ticket>(1, "ring ticket");
+    st->ints = device_scratch<std::int32_t>(5 * toks, "token block");
     st->scan_temp = device_scratch<std::byte>(scan_bytes, "scan temp");
     st->scan_temp_size = scan_bytes;
     void* p = nullptr;
-    cuda_check(cudaMallocHost(&p, 4 * toks * sizeof(std::int32_t)), "target_forward_gpu: cudaMallocHost");
+    cuda_check(cudaMallocHost(&p, 5 * toks * sizeof(std::int32_t)), "target_forward_gpu: cudaMallocHost");
     st->pinned = static_cast<std::int32_t*>(p);
     cuda_check(cudaEventCreateWithFlags(&st->inputs_copied, cudaEventDisableTiming), "target_forward_gpu: cudaEventCreate");
     cuda_check(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming), "target_forward_gpu: cudaEventCreate");
@@ -332,108 +492,52 @@ void target_forward_gpu::enqueue(std::span<const std::int32_t> tokens, std::span
           "worker " + std::to_string(worker) + " out of range (" + std::to_string(d.workers.size()) + " workers)");
   worker_state& st = *d.workers[worker];
   plan_target_forward(st.plan, tokens, lengths, seq, d.vocab);
-  const target_forward_plan& plan = st.plan;
-  const std::int32_t S = plan.size(), H = d.hidden;
-  require(S <= d.max_tokens, "the step has " + std::to_string(S) + " tokens, more than max_tokens = " +
-                                 std::to_string(d.max_tokens) + " this forward was sized for");
-  const std::size_t want = plan.padded_rows() * static_cast<std::size_t>(d.feature);
+  d.check_step(st.plan);
+  const std::size_t want = st.plan.padded_rows() * static_cast<std::size_t>(d.feature);
   require(out_elems == want, "out has " + std::to_string(out_elems) + " floats, expected docs * seq * feature = " +
                                  std::to_string(want));
   require(out != nullptr || want == 0, "out is null");
-  require(std::int64_t{H} * plan.docs <= std::numeric_limits<std::int32_t>::max(),
-          "hidden * docs must stay below 2^31 (the scan keys are 32-bit)");
-  int dev = -1;
-  cuda_check(cudaGetDevice(&dev), "target_forward_gpu: cudaGetDevice");
-  require(dev == d.device, "called on device " + std::to_string(dev) + ", the weights are on device " +
-                               std::to_string(d.device));
-  const auto s = static_cast<cudaStream_t>(stream);
-  const auto toks = static_cast<std::size_t>(S);
-  const std::size_t n = toks * static_cast<std::size_t>(H);
-  std::size_t scan_bytes = 0;  // a host-side query: what this step's scans need of the storage sized at construction
-  if (toks) {
-    cuda_check(cub::DeviceScan::InclusiveSumByKey(nullptr, scan_bytes, st.keys, st.xT, st.runT,
-                                                  static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
-               "target_forward_gpu: InclusiveSumByKey (size query)");
-    if (scan_bytes > st.scan_temp_size)
-      throw std::logic_error("target_forward_gpu: the scan needs " + std::to_string(scan_bytes) +
-                             " bytes of temp storage, more than the " + std::to_string(st.scan_temp_size) +
-                             " sized for max_tokens");
-  }
+  d.run_forward(st, st.plan, {}, out, want, stream, {});
+}
 
-  // 1. The pinned block: its previous copy must have left it (a step ago).
-  if (st.in_flight) cuda_check(cudaEventSynchronize(st.inputs_copied), "target_forward_gpu: cudaEventSynchronize");
-  std::int32_t* const pin = st.pinned;
-  if (toks) {
-    std::memcpy(pin, plan.tokens.data(), toks * sizeof(std::int32_t));
-    std::memcpy(pin + toks, plan.doc.data(), toks * sizeof(std::int32_t));
-    std::memcpy(pin + 2 * toks, plan.pos.data(), toks * sizeof(std::int32_t));
-    std::memcpy(pin + 3 * toks, plan.dst.data(), toks * sizeof(std::int32_t));
+void target_forward_gpu::enqueue_rows(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
+                                      std::span<const std::uint8_t> loss_mask, std::int32_t seq, std::int64_t doc_base,
+                                      const dflash::row_pusher<hs_token, float>& out, void* stream, std::size_t worker) {
+  impl& d = *impl_;
+  require(worker < d.workers.size(),
+          "worker " + std::to_string(worker) + " out of range (" + std::to_string(d.workers.size()) + " workers)");
+  worker_state& st = *d.workers[worker];
+  plan_target_forward(st.plan, tokens, lengths, seq, d.vocab);
+  d.check_step(st.plan);
+  target_forward_plan& plan = st.plan;
+  require(loss_mask.size() == tokens.size(), "loss_mask has " + std::to_string(loss_mask.size()) +
+                                                 " entries, tokens " + std::to_string(tokens.size()));
+  require(out.data && out.payloads && out.pushed, "the ring's pusher has a null array");
+  require(out.width == static_cast<std::uint32_t>(d.feature),
+          "the ring's rows carry " + std::to_string(out.width) + " floats, the forward " + std::to_string(d.feature));
+  require(static_cast<std::uint32_t>(plan.size()) <= out.bound,
+          "the step has " + std::to_string(plan.size()) + " tokens, more than the link's " + std::to_string(out.bound) +
+              " rows per call");
+  // Packed rows: tap s goes to row s of the scratch; each row's loss beside it.
+  st.loss.resize(plan.tokens.size());
+  for (std::size_t i = 0; i < plan.dst.size(); ++i) {
+    st.loss[i] = loss_mask[static_cast<std::size_t>(plan.dst[i])];
+    plan.dst[i] = static_cast<std::int32_t>(i);
   }
-  // A different stream than last time must not overtake this worker's last step on its scratch.
-  cuda_check(cudaStreamWaitEvent(s, st.done, 0), "target_forward_gpu: cudaStreamWaitEvent");
-  if (!st.bound_once || st.bound != s) {
-    // cublasSetStream resets the workspace to cuBLAS's default pool: ours is set after it, every time.
-    cublas_check(cublasSetStream(st.blas, s), "cublasSetStream");
-    cublas_check(cublasSetWorkspace(st.blas, st.workspace, st.workspace_size), "cublasSetWorkspace");
-    st.bound = s;
-    st.bound_once = true;
-  }
-  try {
-    if (toks) {
-      cuda_check(cudaMemcpyAsync(st.ints, pin, 4 * toks * sizeof(std::int32_t), cudaMemcpyHostToDevice, s),
-                 "target_forward_gpu: token upload");
-      cuda_check(cudaEventRecord(st.inputs_copied, s), "target_forward_gpu: cudaEventRecord");
-      st.in_flight = true;
-    }
-    // 2. Padding rows are 0; every real row is written by the taps below.
-    if (want) cuda_check(cudaMemsetAsync(out, 0, want * sizeof(float), s), "target_forward_gpu: cudaMemsetAsync");
-    if (toks) {
-      const std::int32_t* tok = st.ints;
-      const std::int32_t* doc = st.ints + toks;
-      const std::int32_t* pos = st.ints + 2 * toks;
-      const std::int32_t* dst = st.ints + 3 * toks;
-      const unsigned grid = grid_for(n);
-      scan_keys_kernel<<<grid, kThreads, 0, s>>>(doc, S, H, plan.docs, st.keys);
-      cuda_check_launch("target_forward_gpu: scan keys");
-      embed_kernel<<<grid, kThreads, 0, s>>>(d.embedding, tok, S, H, st.x);
-      cuda_check_launch("target_forward_gpu: embedding");
-      const auto Hs = static_cast<std::size_t>(H);
-      for (std::int32_t l = 0; l < d.layers; ++l) {
-        const auto ls = static_cast<std::size_t>(l);
-        transpose_kernel<<<grid, kThreads, 0, s>>>(st.x, S, H, st.xT);
-        cuda_check_launch("target_forward_gpu: transpose");
-        cuda_check(cub::DeviceScan::InclusiveSumByKey(st.scan_temp, scan_bytes, st.keys, st.xT, st.runT,
-                                                      static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
-                   "target_forward_gpu: InclusiveSumByKey");
-        norm_inputs_kernel<<<static_cast<unsigned>(S), kNormThreads, 0, s>>>(st.x, st.runT, pos, S, H,
-                                                                              static_cast<float>(detail::kRmsEps), st.z);
-        cuda_check_launch("target_forward_gpu: rms norms");
-        // u = z W_l, row-major: u [S, H], z [S, 2H], W_l [2H, H]. cuBLAS is
-        // column-major, and a row-major [r, c] matrix is the column-major
-        // [c, r] one (its transpose) with leading dimension c. So we ask for
-        // u^T = W_l^T z^T, every operand as stored (CUBLAS_OP_N twice):
-        //   m = H (rows of u^T), n = S (its columns), k = 2H (the shared dimension);
-        //   A = W_l read column-major: H x 2H, lda = H;
-        //   B = z   read column-major: 2H x S, ldb = 2H;
-        //   C = u   read column-major: H x S,  ldc = H.
-        const float one = 1.0f, zero = 0.0f;
-        cublas_check(cublasSgemm(st.blas, CUBLAS_OP_N, CUBLAS_OP_N, H, S, 2 * H, &one, d.weights + ls * 2 * Hs * Hs, H,
-                                 st.z, 2 * H, &zero, st.u, H),
-                     "cublasSgemm");
-        residual_kernel<<<grid, kThreads, 0, s>>>(st.u, d.bias + ls * Hs, S, H, st.x);
-        cuda_check_launch("target_forward_gpu: residual");
-        for (const std::int32_t k : d.taps_of_layer[ls]) {  // every column the CPU model copies this layer into
-          tap_kernel<<<grid, kThreads, 0, s>>>(st.x, dst, S, H, d.feature, k * H, out);
-          cuda_check_launch("target_forward_gpu: tap");
-        }
-      }
-    }
-  } catch (...) {
-    // Whatever was enqueued: the next step on this worker (and the destructor) waits for it.
-    (void)cudaEventRecord(st.done, s);
-    throw;
-  }
-  cuda_check(cudaEventRecord(st.done, s), "target_forward_gpu: cudaEventRecord");
+  const std::int32_t S = plan.size(), F = d.feature;
+  d.run_forward(st, plan, st.loss, st.packed, 0, stream, [&](const std::int32_t* ints, cudaStream_t s) {
+    // 4. The rows: one reservation (it may fail only past the link's bound: counted, and the run fails), then a warp each.
+    // If the push cannot be launched after the reservation ran, its rows are never published: the launch
+    // error fails the run (its stream's error), and the ring is cancelled with it.
+    reserve_rows_kernel<<<1, 1, 0, s>>>(out, static_cast<std::uint32_t>(S), st.ticket);
+    cuda_check_launch("target_forward_gpu: reserve rows");
+    if (S == 0) return;
+    const auto toks = static_cast<std::size_t>(S);
+    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((toks + kRowWarps - 1) / kRowWarps, 4096));
+    push_rows_kernel<<<blocks, 32 * kRowWarps, 0, s>>>(out, st.ticket, st.packed, ints, ints + toks, ints + 4 * toks,
+                                                       doc_base, S, F);
+    cuda_check_launch("target_forward_gpu: push rows");
+  });
 }
 
 }  // namespace dflash_example

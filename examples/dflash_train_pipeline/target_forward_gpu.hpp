@@ -23,6 +23,9 @@
 #include <string>
 #include <vector>
 
+#include <dflash/device/device_rows.hpp>
+
+#include "hs_token.hpp"
 #include "model.hpp"
 
 namespace dflash_example {
@@ -135,6 +138,16 @@ class target_forward_gpu {
   /// out_elems, worker out of range): std::invalid_argument, nothing enqueued.
   void enqueue(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths, std::int32_t seq,
                float* out, std::size_t out_elems, void* stream, std::size_t worker);
+
+  /// The same forward, its valid tokens pushed into a device_queue_link's
+  /// ring instead (--hs-link rows): one reservation of sum(lengths) rows, each
+  /// row {doc_base + document, token, loss_mask} with its taps as the payload
+  /// (`out.width` must be feature_dim()). No padded buffer and no pack pass:
+  /// the taps are written packed, then a warp per row copies them into the
+  /// ring and publishes the row. Same rules as enqueue().
+  void enqueue_rows(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
+                    std::span<const std::uint8_t> loss_mask, std::int32_t seq, std::int64_t doc_base,
+                    const dflash::row_pusher<hs_token, float>& out, void* stream, std::size_t worker);
 
   [[nodiscard]] std::int32_t max_tokens() const noexcept;
   [[nodiscard]] std::size_t workers() const noexcept;

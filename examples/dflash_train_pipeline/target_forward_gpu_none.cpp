@@ -25,5 +25,10 @@ void target_forward_gpu::enqueue(std::span<const std::int32_t>, std::span<const 
                                  std::size_t, void*, std::size_t) {
   throw std::runtime_error("target_forward_gpu: " + probe());
 }
+void target_forward_gpu::enqueue_rows(std::span<const std::int32_t>, std::span<const std::int32_t>,
+                                      std::span<const std::uint8_t>, std::int32_t, std::int64_t,
+                                      const dflash::row_pusher<hs_token, float>&, void*, std::size_t) {
+  throw std::runtime_error("target_forward_gpu: " + probe());
+}
 
 }  // namespace dflash_example

@@ -37,6 +37,7 @@ struct RunResult {
   TrainLog log;
   double seconds = 0;
   std::string advice;  ///< profiled build: the bottleneck and what-if section of the whole run
+  std::string link_counts;  ///< --hs-link rows: what the hs_rows link counted (rows, batches, fill)
   [[nodiscard]] double tokens_per_second() const noexcept {
     return seconds > 0 ? static_cast<double>(log.tokens) / seconds : 0.0;
   }
@@ -68,19 +69,40 @@ inline dflash::report_options table_options(const Options& o) {
   return r;
 }
 
-/// Runs one training; P is what the stages record into (NullProfiler,
+/// The hs_rows link's counts, one line (--hs-link rows).
+inline std::string row_link_line(const dflash::row_queue_stats& st, std::size_t capacity) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "hs_rows: %llu rows in, %llu out, %llu batches (%llu short, %llu empty); rows in the ring at a pop: "
+                "mean %.0f, max %llu of %zu\n",
+                static_cast<unsigned long long>(st.rows_in), static_cast<unsigned long long>(st.rows_out),
+                static_cast<unsigned long long>(st.batches), static_cast<unsigned long long>(st.short_batches),
+                static_cast<unsigned long long>(st.empty_batches), st.mean_fill(),
+                static_cast<unsigned long long>(st.fill_max), capacity);
+  return buf;
+}
+
+/// Runs one training on pipeline type `pipeline` (train_pipeline or
+/// train_rows_pipeline); P is what the stages record into (NullProfiler,
 /// the accumulating profiler, or a Composite of it and a trace), `stats`
 /// what the periodic reporter prints, B the device backend.
-template <dflash::ProfilerPolicy P, dflash::DeviceBackend B, dflash::ProfilerPolicy Stats>
-RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console& console,
+template <class pipeline, dflash::ProfilerPolicy P, dflash::DeviceBackend B, dflash::ProfilerPolicy Stats>
+RunResult run_pipeline(const Setup& setup, const P& prof, Stats& stats, Console& console,
                        device_postprocessor* device) {
   const Options& o = setup.opts;
-  using pipeline = train_pipeline<P, B>;
+  constexpr bool rows = std::is_same_v<pipeline, train_rows_pipeline<P, B>>;
   auto shape = pipeline::default_shape();
   const auto targets = static_cast<std::size_t>(o.target_workers);
   shape.workers[pipeline::template stage_index<"target_forward">] = targets;
   shape.depths[pipeline::template link_index<"batch_queue">] = static_cast<std::size_t>(o.batch_queue_depth);
-  shape.depths[pipeline::template link_index<"hs_device">] = static_cast<std::size_t>(o.post_link_depth);
+  if constexpr (rows) {  // batches of --seq-len rows; a call pushes at most --seq-len (whole documents)
+    const auto S = static_cast<std::size_t>(o.seq_len);
+    constexpr std::size_t hs = pipeline::template link_index<"hs_rows">;
+    shape.depths[hs] = (static_cast<std::size_t>(o.post_link_depth) + 1) * S;
+    shape.rows[hs] = {S, S, static_cast<std::size_t>(setup.target.feature_dim())};
+  } else {
+    shape.depths[pipeline::template link_index<"hs_device">] = static_cast<std::size_t>(o.post_link_depth);
+  }
   shape.depths[pipeline::template link_index<"hs_queue">] = static_cast<std::size_t>(o.hs_queue_depth);
   if (!o.gpus.empty()) {  // --gpus: target workers spread over the devices, postprocess on the first
     shape.devices[pipeline::template stage_index<"target_forward">].assign(o.gpus.begin(), o.gpus.end());
@@ -89,10 +111,13 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
 
   Drafter drafter(setup.drafter_cfg);
   RunResult r;
-  drafter_train<P> sink(prof, &drafter, &r.log, &console, o.steps, o.progress_interval);
+  // With rows the drafter's steps are the batches, a count no one knows ahead (0: unknown).
+  drafter_train<P> sink(prof, &drafter, &r.log, &console, rows ? 0 : o.steps, o.progress_interval);
   sink.slowdown = o.slow_drafter;
-  pipeline p(prof, shape, batch_source(&setup), target_forward<P, B>(prof, &setup, targets),
-             postprocess<P, B>(prof, &setup, device), std::move(sink));
+  using target_stage = typename pipeline::template stage_type<pipeline::template stage_index<"target_forward">>;
+  using post_stage = typename pipeline::template stage_type<pipeline::template stage_index<"postprocess">>;
+  pipeline p(prof, shape, batch_source(&setup), target_stage(prof, &setup, targets), post_stage(prof, &setup, device),
+             std::move(sink));
   if constexpr (std::is_same_v<B, dflash::host_stream_backend>)
     if (!o.gpus.empty()) p.backend().simulate(static_cast<int>(o.gpus.size()), dflash::peer_access::none);
 
@@ -127,6 +152,10 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   reporter.stop();
+  if constexpr (rows) {
+    constexpr std::size_t hs = pipeline::template link_index<"hs_rows">;
+    r.link_counts = row_link_line(p.template link<hs>().stats(), shape.depths[hs]);
+  }
   if constexpr (Stats::enabled) {
     const auto snap = stats.snapshot();
     const double steps = static_cast<double>(r.log.digests.size());
@@ -134,6 +163,15 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
                            steps > 0 ? static_cast<double>(r.log.tokens) / steps : 0);
   }
   return r;
+}
+
+/// The same run over the link --hs-link chose.
+template <dflash::ProfilerPolicy P, dflash::DeviceBackend B, dflash::ProfilerPolicy Stats>
+RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console& console,
+                       device_postprocessor* device) {
+  if (setup.opts.hs_link == hs_link_kind::rows)
+    return run_pipeline<train_rows_pipeline<P, B>, P, B>(setup, prof, stats, console, device);
+  return run_pipeline<train_pipeline<P, B>, P, B>(setup, prof, stats, console, device);
 }
 
 /// The same run on the backend --device chose.
@@ -176,12 +214,13 @@ inline std::string describe(const Setup& s, bool profiled) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%s: %lld steps | %d target workers | target hidden %d x %zu taps = %d features | seq-len %d | "
-                "block %d | %d anchors | window %d | depths: batch queue %d, hs_device link %d, hs queue %d | device %s | %s\n"
+                "block %d | %d anchors | window %d | depths: batch queue %d, %s %d, hs queue %d | device %s | %s\n"
                 "drafter: %zu parameters, trained with clipped Adam on the CPU\n",
                 profiled ? "dflash_train_pipeline_profiled" : "dflash_train_pipeline",
                 static_cast<long long>(o.steps), o.target_workers, o.hidden, s.target.taps().size(),
                 s.target.feature_dim(), o.seq_len, o.block_size, o.anchors, o.window, o.batch_queue_depth,
-                o.post_link_depth, o.hs_queue_depth,
+                o.hs_link == hs_link_kind::rows ? "hs_rows ring (batches of seq-len rows)" : "hs_device link",
+                o.hs_link == hs_link_kind::rows ? o.post_link_depth + 1 : o.post_link_depth, o.hs_queue_depth,
                 o.device == device_kind::cuda ? "cuda (target forward with cuBLAS/CUB into device slots, postprocess "
                                                 "ops on the GPU, drafter on the CPU)"
                                               : "cpu (the asynchronous host twin: device work on executor threads)",
@@ -291,6 +330,7 @@ int train_main(int argc, char** argv) {
       dflash::NullProfiler none;
       r = run_training(setup, none, none, console, device.get());
     }
+    if (!r.link_counts.empty()) console.block(r.link_counts);
     print_result(console, r);
     if (!o.results.empty()) write_results(o.results, r);
   } catch (const std::exception& e) {

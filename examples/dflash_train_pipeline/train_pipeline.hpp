@@ -1,8 +1,9 @@
 #pragma once
-// The example's pipeline type:
+// The example's pipeline types:
 //
 //   batch_source ─batch_queue─▶ target_forward × N ═hs_device (device link)═▶ postprocess ─hs_queue (60)─▶ drafter_train
 //                               (stream per worker)                           (own stream)
+//   --hs-link rows:                                ═hs_rows (device queue)═▶
 //
 // The target workers write hidden states into device slots; the postprocess
 // reads them on its own stream (doc ids, packing, anchors, block mask) and
@@ -35,11 +36,28 @@ using train_pipeline = dflash::Pipeline<P,                                      
                                         postprocess<P, B>, dflash::queue_link<"hs_queue", 60>,  //
                                         drafter_train<P>>;
 
+/// --hs-link rows: the same stages with a dflash::device_queue_link between the
+/// target workers and the postprocess. The workers push only their valid
+/// tokens' rows (hidden state as the payload) into a ring in device memory;
+/// the postprocess pops exactly --seq-len of them per batch (full_batches),
+/// across steps and documents, without the host ever reading a count.
+/// Capacity and sizes are the shape's (run_training sets them from the options).
+template <class P, class B>
+using train_rows_pipeline =
+    dflash::Pipeline<P,                                                                      //
+                     batch_source, dflash::queue_link<"batch_queue", 8>,                     //
+                     dflash::workers<target_forward<P, B, HsRows<B>>, 2>,                    //
+                     dflash::device_queue_link<"hs_rows", 1920, 384, 384, dflash::full_batches>,  //
+                     postprocess<P, B, HsRows<B>>, dflash::queue_link<"hs_queue", 60>,       //
+                     drafter_train<P>>;
+
 /// The host-twin instance (keys do not depend on the backend or the policy).
 template <class P>
 using train_pipeline_twin = train_pipeline<P, dflash::host_stream_backend>;
 
-/// Every key the pipeline records, known at compile time.
-using train_keys = dflash::pipeline_keys<train_pipeline_twin<dflash::NullProfiler>>;
+/// Every key the pipelines record, known at compile time (the rows pipeline
+/// has the same stages; only its link's keys differ).
+using train_keys = dflash::key_set_cat_t<dflash::pipeline_keys<train_pipeline_twin<dflash::NullProfiler>>,
+                                         dflash::queue_keys<"hs_rows">>;
 
 }  // namespace dflash_example

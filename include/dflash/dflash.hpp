@@ -12,5 +12,6 @@
 #include "dflash/queue.hpp"
 #include "dflash/device.hpp"
 #include "dflash/pipeline.hpp"
+#include "dflash/pipeline/links/device_queue.hpp"  // needs CCCL (the ring control), so not in pipeline.hpp
 #include "dflash/ops.hpp"
 #include "dflash/analysis.hpp"

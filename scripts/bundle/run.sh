@@ -14,7 +14,8 @@
 #      this machine has (dflash_add_gpu_test MIN_DEVICES N, on a one-GPU
 #      machine) is N/A: not applicable here, named, counted apart, not run
 #      under the sanitizers, and neither a pass nor a failure;
-#   3. the example, both binaries: --device cuda and --device cpu, 300 steps,
+#   3. the example, both binaries (and the first once more with --hs-link
+#      rows: the device_queue_link path): --device cuda and --device cpu, 300 steps,
 #      seed 7, --results files compared by compare_results.py --across-backends
 #      (the cuda run's target forward is cuBLAS's: every integer field of every
 #      step exactly, hidden-state sums and the loss curve within rel 1e-4, the
@@ -305,9 +306,18 @@ gpu_share() {  # LOG WHICH -> "; target_forward.gpu WHICH: TOTAL total = P % of 
     END { printf "%s", t }' "$1" 2>/dev/null
 }
 mapfile -t example_bins <examples.txt
-for exe in "${example_bins[@]}"; do
+# Every binary over the hs_device link; the first also over the hs_rows ring (--hs-link rows).
+example_runs=()
+for exe in "${example_bins[@]}"; do example_runs+=("$exe|"); done
+((${#example_bins[@]})) && example_runs+=("${example_bins[0]}|--hs-link rows")
+for run in "${example_runs[@]}"; do
+  exe=${run%%|*} extra=${run#*|}
   name=$(basename "$exe")
   step="example $name cuda==cpu"
+  if [[ -n $extra ]]; then
+    step="example $name ${extra} cuda==cpu"
+    name="$name-${extra##* }"
+  fi
   if needs_cublas "$exe" && [[ -z $cublas_dir ]]; then result FAIL "$step" "$no_cublas"; continue; fi
   l=$(limit 150)
   if ((l == 0)); then skip_for_time "$step"; continue; fi
@@ -315,6 +325,8 @@ for exe in "${example_bins[@]}"; do
   # One target worker: the drafter then sees the steps in the same order on
   # both backends, so even the loss curve must agree.
   common=(--steps 300 --seed 7 --target-workers 1 --quiet --profile-interval 0)
+  # shellcheck disable=SC2206  # the extra flags are words
+  [[ -n $extra ]] && common+=($extra)
   s=$SECONDS
   for dev in cuda cpu; do
     rm -f "$logs/$name.$dev.txt"
