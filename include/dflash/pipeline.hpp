@@ -5,3 +5,4 @@
 #include "dflash/pipeline/make_pipeline.hpp"
 #include "dflash/pipeline/pipeline.hpp"
 #include "dflash/pipeline/stage.hpp"
+#include "dflash/deprecated.hpp"  // the old spellings, until their removal (DFLASH_NO_DEPRECATED hides them)

@@ -8,14 +8,14 @@
 #include <string>
 
 namespace da = dflash::analysis;
-using da::link_kind;
+using da::model_kind;
 using da::service_distribution;
 
 namespace {
 constexpr double ms = 1e6;  // ns
 
 da::sim_model tandem(std::vector<double> service_ms, std::vector<std::size_t> depth, double cores = 0,
-                     link_kind kind = link_kind::queue) {
+                     model_kind kind = model_kind::queue) {
   da::sim_model m;
   for (double s : service_ms) m.stages.push_back({1, service_distribution::deterministic(s * ms), true});
   for (std::size_t d : depth) m.links.push_back({kind, d});
@@ -42,7 +42,7 @@ dflash::key_stats total(std::string name, std::uint64_t count, std::uint64_t tot
 da::pipeline_layout three_stages() {
   da::pipeline_layout l;
   l.stages = {{"src", 1}, {"mid", 2}, {"sink", 1}};
-  l.links = {{"q", link_kind::queue, 8}, {"r", link_kind::queue, 4}};
+  l.links = {{"q", model_kind::queue, 8}, {"r", model_kind::queue, 4}};
   return l;
 }
 dflash::profile_snapshot sink_bound() {
@@ -87,7 +87,7 @@ TEST_CASE("simulate: two exponential stations with a buffer of b reach mu (b+2)/
   for (std::size_t b : {1u, 3u}) {
     da::sim_model m;
     m.stages = {{1, service_distribution::exponential(1 * ms), true}, {1, service_distribution::exponential(1 * ms), true}};
-    m.links = {{link_kind::queue, b}};
+    m.links = {{model_kind::queue, b}};
     const auto r = da::simulate(m, {.items = 200000, .seed = 7});
     CHECK(r.items_per_s == Approx(1000.0 * static_cast<double>(b + 2) / static_cast<double>(b + 3)).epsilon(0.01));
   }
@@ -109,10 +109,10 @@ TEST_CASE("simulate: CPU is shared by the stages that use it", "[analysis][sim]"
 TEST_CASE("simulate: a device link's K slots cover the producer's call, the wait and the consumer's call",
           "[analysis][sim]") {
   // K = 1: one item at a time through both calls (1 + 1 ms); K = 2 pipelines them.
-  CHECK(da::simulate(tandem({1, 1}, {1}, 0, link_kind::device), {.items = 1000}).items_per_s == Approx(500).epsilon(0.002));
-  CHECK(da::simulate(tandem({1, 1}, {2}, 0, link_kind::device), {.items = 1000}).items_per_s == Approx(1000).epsilon(0.002));
+  CHECK(da::simulate(tandem({1, 1}, {1}, 0, model_kind::device), {.items = 1000}).items_per_s == Approx(500).epsilon(0.002));
+  CHECK(da::simulate(tandem({1, 1}, {2}, 0, model_kind::device), {.items = 1000}).items_per_s == Approx(1000).epsilon(0.002));
   // Four producers of 4 ms each behind 2 slots: at most 2 items in the producers' calls.
-  auto m = tandem({4, 1}, {2}, 0, link_kind::device);
+  auto m = tandem({4, 1}, {2}, 0, model_kind::device);
   m.stages[0].workers = 4;
   CHECK(da::simulate(m, {.items = 2000}).items_per_s == Approx(2000.0 / 5).epsilon(0.01));
 }
@@ -120,7 +120,7 @@ TEST_CASE("simulate: a device link's K slots cover the producer's call, the wait
 TEST_CASE("simulate: seeded and deterministic; malformed models are rejected", "[analysis][sim]") {
   da::sim_model m;
   m.stages = {{2, service_distribution::exponential(1 * ms), true}, {1, service_distribution::exponential(0.6 * ms), true}};
-  m.links = {{link_kind::queue, 2}};
+  m.links = {{model_kind::queue, 2}};
   m.cores = 1.5;
   const auto a = da::simulate(m, {.items = 500, .seed = 3, .replications = 2});
   const auto b = da::simulate(m, {.items = 500, .seed = 3, .replications = 2});
@@ -263,7 +263,7 @@ TEST_CASE("find_bottleneck: a serial stage on a direct segment's threads is judg
   // which queue for their turn (3.2 s of src.wait over 4 threads is no anomaly).
   da::pipeline_layout l;
   l.stages = {{"src", 1}, {"mid", 4}, {"sink", 1}};
-  l.links = {{"q", link_kind::direct, 8}, {"r", link_kind::direct, 8}};
+  l.links = {{"q", model_kind::direct, 8}, {"r", model_kind::direct, 8}};
   dflash::profile_snapshot s;
   s.window_ns = 1'000'000'000;
   s.keys = {key("src.work", 100, 2'000'000), total("src.wait", 100, 3'200'000'000),
@@ -281,7 +281,7 @@ TEST_CASE("what-if: predictions on a profile of deterministic stages", "[analysi
   // src 1 ms -> q(4) -> sink 2 ms, 1000 items over 2.001 s, plenty of cores.
   da::pipeline_layout l;
   l.stages = {{"src", 1}, {"sink", 1}};
-  l.links = {{"q", link_kind::queue, 4}};
+  l.links = {{"q", model_kind::queue, 4}};
   dflash::profile_snapshot s;
   s.window_ns = 2'001'000'000;
   s.keys = {key("src.work", 1000, 1'000'000), total("src.wait", 1000, 1'000'000'000),
@@ -388,7 +388,7 @@ TEST_CASE("Pipeline::layout: the compile-time topology with the run-time shape",
   CHECK(l.links[0].name == "q");
   CHECK(l.links[0].depth == 8);
   CHECK(l.links[1].depth == 16);
-  CHECK(l.links[1].kind == link_kind::queue);
+  CHECK(l.links[1].kind == model_kind::queue);
   CHECK_FALSE(l.device_work_on_cpu);
   pipe p(shape);
   CHECK(p.layout().links[1].depth == 16);

@@ -24,7 +24,7 @@ struct sink {
 // Passes every other item (the endpoint is a queue: what it drops does not matter here).
 template <dflash::fixed_string Name>
 struct halving_link : dflash::link_answers<Name, 4, dflash::consumer_on_own_threads, dflash::carries_values, false,
-                                           dflash::analysis::link_kind::queue> {
+                                           dflash::analysis::model_kind::queue> {
 #ifndef DFLASH_CONTROL
   using delivery = dflash::delivers_ratio<1, 2>;
 #endif

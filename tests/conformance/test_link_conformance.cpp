@@ -54,10 +54,10 @@ class every_kth_endpoint {
 
 template <dflash::fixed_string Name, std::size_t Depth, std::size_t K>
 struct every_kth_link : dflash::link_answers<Name, Depth, dflash::consumer_on_own_threads, dflash::carries_values,
-                                             /*crosses_processes=*/false, dflash::analysis::link_kind::queue> {
+                                             /*crosses_processes=*/false, dflash::analysis::model_kind::queue> {
   using delivery = dflash::delivers_ratio<1, K>;
   static constexpr dflash::analysis::link_model model(const dflash::analysis::link_facts& f) noexcept {
-    return {dflash::analysis::link_kind::queue, f.depth, 1, K, false, {}};
+    return {dflash::analysis::model_kind::queue, f.depth, 1, K, false, {}};
   }
   template <class Item, class P>
   using endpoint = every_kth_endpoint<Item, P, Name, K>;

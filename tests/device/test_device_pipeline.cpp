@@ -499,7 +499,7 @@ TEST_CASE("layout(): device stages and links, and where the backend runs enqueue
   CHECK(l.stages[1].device);  // fill and verify sit next to the device link
   CHECK(l.stages[2].device);
   CHECK_FALSE(l.stages[3].device);
-  CHECK(l.links[1].kind == dflash::analysis::link_kind::device);
+  CHECK(l.links[1].kind == dflash::analysis::model_kind::device);
   CHECK(l.device_work_on_cpu);  // the host twin's streams are executor threads
   STATIC_REQUIRE(B::work_on_host_cores);
 }

@@ -67,7 +67,7 @@ dflash::profile_snapshot one_busy_stage(names st, std::size_t slow) {
 dflash::analysis::pipeline_layout three(names st) {
   dflash::analysis::pipeline_layout l;
   l.stages = {{st[0], 1}, {st[1], 1}, {st[2], 1}};
-  l.links = {{"q", dflash::analysis::link_kind::queue, 8}, {"r", dflash::analysis::link_kind::queue, 8}};
+  l.links = {{"q", dflash::analysis::model_kind::queue, 8}, {"r", dflash::analysis::model_kind::queue, 8}};
   return l;
 }
 }  // namespace

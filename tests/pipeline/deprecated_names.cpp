@@ -1,5 +1,6 @@
-// The dflash 0.x names still compile, each with a deprecation warning that
-// names its replacement (tests/pipeline/deprecated_names.cmake checks the
+// The old names (dflash/deprecated.hpp) still compile, each with a
+// deprecation warning that names its replacement, and none compiles with
+// DFLASH_NO_DEPRECATED (tests/pipeline/deprecated_names.cmake checks the
 // compiler's output); with -DDFLASH_CONTROL the file uses only the new names
 // and must compile without any warning.
 #include <dflash/pipeline.hpp>
@@ -41,7 +42,9 @@ auto build = [](const auto& prof) {
   return dflash::make_pipeline(prof, numbers{}, dflash::queue_link<"q", 4>{}, drop{});
 };
 using builder_keys = dflash::pipeline_keys_of<decltype(build)>;
+constexpr auto old_kind = dflash::analysis::link_kind::queue;
 int main() {
+  static_assert(old_kind == dflash::analysis::model_kind::queue);
   old_pipe p;
   p.run_to_completion();
   static_assert(old_pipe::queue_count == 1);

@@ -60,8 +60,8 @@ using T = dflash::detail::topology<numbers, dflash::queue_link<"a", 4>, dflash::
 static_assert(T::stage_count == 3 && T::link_count == 2);
 static_assert(std::is_same_v<T::stage_type<1>, twice> && T::workers_of<1> == 3 && T::workers_of<2> == 1);
 static_assert(!T::in_order_at<0> && !T::in_order_at<1> && T::in_order_at<2>);
-static_assert(!T::fused_at<0> && T::fused_at<1>);
-static_assert(!T::fused_in<1>() && T::fused_out<1>() && T::fused_in<2>());
+static_assert(!T::direct_at<0> && T::direct_at<1>);
+static_assert(!T::direct_in<1>() && T::direct_out<1>() && T::direct_in<2>());
 static_assert(T::segment_first<2>() == 1 && T::segment_last<1>() == 2 && T::segment_last<0>() == 0);
 static_assert(!T::has_device_links && T::sequenced && !T::device_stage<0> && !T::device_stage<2>);
 // 3 stages x wait/work + the queue link's push/pop waits + the direct link's push_wait (it has no

@@ -94,7 +94,7 @@ inline bottleneck_report find_bottleneck(const profile_snapshot& snap, const pip
   std::vector<std::size_t> threads(lay.stages.size());
   for (std::size_t a = 0; a < lay.stages.size();) {
     std::size_t b = a, most = lay.stages[a].workers;
-    while (b + 1 < lay.stages.size() && lay.links[b].kind == link_kind::direct) most = std::max(most, lay.stages[++b].workers);
+    while (b + 1 < lay.stages.size() && lay.links[b].kind == model_kind::direct) most = std::max(most, lay.stages[++b].workers);
     for (std::size_t k = a; k <= b; ++k) threads[k] = most;
     a = b + 1;
   }

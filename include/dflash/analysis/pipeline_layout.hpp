@@ -14,14 +14,14 @@
 namespace dflash::analysis {
 
 /// How the analysis holds items between two stages.
-enum class link_kind {
+enum class model_kind {
   queue,   ///< `depth` items wait between the stages (bounded_queue, net_link's credits)
   device,  ///< `depth` slots, each held from the producer's call until the consumer's call ends
   direct,  ///< the consumer runs on the producer's threads (no queue)
 };
 
-inline constexpr std::string_view to_string(link_kind k) noexcept {
-  return k == link_kind::queue ? "queue" : k == link_kind::device ? "device" : "direct";
+inline constexpr std::string_view to_string(model_kind k) noexcept {
+  return k == model_kind::queue ? "queue" : k == model_kind::device ? "device" : "direct";
 }
 
 /// What a link kind's model() is told about one link of a pipeline.
@@ -37,7 +37,7 @@ struct link_facts {
 /// analysis then refuses to predict, naming the link, instead of modelling it
 /// as something it is not.
 struct link_model {
-  link_kind kind = link_kind::queue;
+  model_kind kind = model_kind::queue;
   std::size_t depth = 1;      ///< items (or slots) the link holds between the stages
   std::size_t items_out = 1;  ///< items_out leave for every items_in that enter
   std::size_t items_in = 1;
@@ -61,7 +61,7 @@ struct stage_layout {
 
 struct link_layout {
   std::string name;
-  link_kind kind = link_kind::queue;
+  model_kind kind = model_kind::queue;
   std::size_t depth = 1;
   std::size_t items_out = 1;  ///< items leaving per items_in entering (1 / 1: each item once)
   std::size_t items_in = 1;

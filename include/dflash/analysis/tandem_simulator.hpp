@@ -41,7 +41,7 @@ struct sim_stage {
 };
 
 struct sim_link {
-  link_kind kind = link_kind::queue;
+  model_kind kind = model_kind::queue;
   std::size_t depth = 1;
 };
 
@@ -132,7 +132,7 @@ class tandem_run {
     if (j + 1 == n_) {
       ++done_;
       s.state = idle;
-    } else if (m_.links[j].kind == link_kind::device || buffered_[j] < m_.links[j].depth) {
+    } else if (m_.links[j].kind == model_kind::device || buffered_[j] < m_.links[j].depth) {
       ++buffered_[j];  // a device link's item already holds its slot
       s.state = idle;
     } else {
@@ -142,15 +142,15 @@ class tandem_run {
 
   bool can_start(std::size_t j) const noexcept {
     const bool input = j == 0 ? issued_ < total_ : buffered_[j - 1] > 0;
-    const bool slot = j + 1 == n_ || m_.links[j].kind != link_kind::device || slots_used_[j] < m_.links[j].depth;
+    const bool slot = j + 1 == n_ || m_.links[j].kind != model_kind::device || slots_used_[j] < m_.links[j].depth;
     return input && slot;
   }
 
   void start(std::size_t j, server& s) {
     if (j == 0) ++issued_;
     else --buffered_[j - 1];
-    if (j + 1 < n_ && m_.links[j].kind == link_kind::device) ++slots_used_[j];
-    s.holds_slot = j > 0 && m_.links[j - 1].kind == link_kind::device;
+    if (j + 1 < n_ && m_.links[j].kind == model_kind::device) ++slots_used_[j];
+    s.holds_slot = j > 0 && m_.links[j - 1].kind == model_kind::device;
     s.cpu = m_.stages[j].uses_cpu && m_.cores > 0;
     s.left = m_.stages[j].service.sample(rng_);
     s.state = busy;

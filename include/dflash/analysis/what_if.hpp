@@ -253,7 +253,7 @@ inline std::vector<prediction> standard_what_ifs(const calibrated_model& cm) {
     if (!lay.stages[j].in_order)
       out.push_back(predict(cm, {{{change::kind::workers, lay.stages[j].name, double(lay.stages[j].workers + 1)}}}));
   for (const auto& l : lay.links) {
-    if (l.kind == link_kind::direct) continue;
+    if (l.kind == model_kind::direct) continue;
     out.push_back(predict(cm, {{{change::kind::depth, l.name, double(l.depth * 2)}}}));
     if (l.depth > 1) out.push_back(predict(cm, {{{change::kind::depth, l.name, double(std::max<std::size_t>(1, l.depth / 2))}}}));
   }

@@ -57,7 +57,7 @@ struct wire<dflash::detail::sequenced<T, Tag>> {
 
 template <fixed_string Name, std::size_t Depth>
 struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_values, /*crosses_processes=*/true,
-                               analysis::link_kind::queue> {
+                               analysis::model_kind::queue> {
   static_assert(Depth > 0, "dflash::mpi::net_link<Name, Depth>: Depth must be at least 1");
 
   template <class Item, class P>
@@ -115,7 +115,7 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
   // Credits of Depth items per producer rank are what it holds between the stages.
   static constexpr analysis::link_model model(const analysis::link_facts& f) noexcept {
     const std::size_t producers = f.producer_processes > 0 ? f.producer_processes : 1;
-    return {analysis::link_kind::queue, Depth * producers, 1, 1, true, {}};
+    return {analysis::model_kind::queue, Depth * producers, 1, 1, true, {}};
   }
 
   template <class Site>

@@ -161,7 +161,7 @@ struct flow_keys_check {
 // (if any) is serial; an in_order stage in it directly follows the parallel stage.
 template <class T, std::size_t A, class Shape>
 void check_segment(const Shape& s) {
-  if constexpr (T::template fused_out<A>() && !T::template fused_in<A>()) {
+  if constexpr (T::template direct_out<A>() && !T::template direct_in<A>()) {
     constexpr std::size_t B = T::template segment_last<A>();
     constexpr std::size_t none = T::stage_count;
     if (A == 0 && s.workers[0] > 1)

@@ -173,8 +173,8 @@ class pipeline_core {
   // ---- help-first: a producer's thread may call the next host stage itself (host_worker.hpp) ----
   /// Stage I runs on a host_worker of its own (no device stream, no direct segment).
   template <std::size_t I>
-  static constexpr bool host_agent = !topo::template device_stage<I> && !topo::template fused_in<I>() &&
-                                     !topo::template fused_out<I>();
+  static constexpr bool host_agent = !topo::template device_stage<I> && !topo::template direct_in<I>() &&
+                                     !topo::template direct_out<I>();
   /// Stage I is fed, from a host_worker stage, by a link kind that lets a
   /// producer call the consumer instead of pushing (queue_link says so; a
   /// user's kind, whose push may do more, is never bypassed), unless stage I
@@ -283,8 +283,8 @@ class pipeline_core {
   template <std::size_t I>
   [[nodiscard]] std::size_t threads_of() const noexcept {
     if (!shape_.here(I)) return 0;
-    if constexpr (topo::template fused_in<I>()) return 0;
-    else if constexpr (topo::template fused_out<I>()) {
+    if constexpr (topo::template direct_in<I>()) return 0;
+    else if constexpr (topo::template direct_out<I>()) {
       const std::size_t p = parallel_stage<I>();
       return p < stage_count ? shape_.workers[p] : 1;
     } else {

@@ -7,12 +7,15 @@
 //   links/queue.hpp   queue_link<Name, Depth>    a bounded host queue; each side has its own threads
 //   links/direct.hpp  direct_link<Name, Depth>   no queue: the consumer runs on the producer's threads
 //   links/device.hpp  device_link<Name, Depth>   device-resident slots moved in stream order
-//   links/device_queue.hpp  device_queue_link<Name, Capacity, MaxRowsPerPush, BatchRows>
+//   links/device_queue.hpp  device_queue_link<Name, Capacity, MaxRowsPerPush, BatchRows, Fill>
 //                     rows whose counts only the device knows, in a ring in device memory
 //   mpi/net_link.hpp  mpi::net_link<Name, Depth> items between processes (MPI ranks)
 //
 // The answers:
-//   name, depth            the key prefix and the compile-time default depth
+//   name, depth            the key prefix and the compile-time default depth: the one run-time size
+//                          of a link (shape.depths), whose meaning is the kind's — a queue's
+//                          capacity, a device link's slots, a direct link's reorder window, a
+//                          net_link's credits per producer rank, a device queue's rows
 //   keys                   the profile keys its endpoint records (a key_set)
 //   consumer_threads       consumer_on_own_threads: the stages on either side have their own threads
 //                          consumer_on_producer_threads: the consumer runs on the producer's threads
@@ -99,7 +102,7 @@ struct delivers_rows_once {};
 /// cancelling as the endpoint's own close() and cancel(). A kind derives from
 /// it and adds its endpoint and open (and may hide any answer).
 template <fixed_string Name, std::size_t Depth, class ConsumerThreads, class Carries, bool CrossesProcesses,
-          analysis::link_kind Model>
+          analysis::model_kind Model>
 struct link_answers {
   static constexpr auto name = Name;
   static constexpr std::size_t depth = Depth;

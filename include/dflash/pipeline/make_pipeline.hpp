@@ -64,13 +64,4 @@ template <ProfilerPolicy P, class... Parts>
   }(std::make_index_sequence<(sizeof...(Parts) + 1) / 2>{});
 }
 
-namespace detail {
-template <class Build>
-[[deprecated("dflash::pipeline_keys_of<B> is renamed dflash::pipeline_keys<B>")]] std::type_identity<pipeline_keys<Build>>
-deprecated_keys_of_builder();
-}  // namespace detail
-/// dflash 0.x spelling of pipeline_keys for a builder; kept for one version.
-template <class Build>
-using pipeline_keys_of = typename decltype(detail::deprecated_keys_of_builder<Build>())::type;
-
 }  // namespace dflash

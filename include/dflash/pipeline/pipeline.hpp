@@ -238,7 +238,7 @@ class Pipeline {
     return core_.backend();
   }
 
-  // dflash 0.x names, kept for one version.
+#if !defined(DFLASH_NO_DEPRECATED)  // dflash 0.x names, removed in 0.2 (dflash/deprecated.hpp lists them)
   [[deprecated("Pipeline::queue_count is renamed Pipeline::link_count")]] static constexpr std::size_t queue_count =
       link_count;
   template <std::size_t L>
@@ -251,6 +251,7 @@ class Pipeline {
   [[deprecated("Pipeline::queue<I>() is renamed Pipeline::link<I>()")]] [[nodiscard]] link_type<L>& queue() noexcept {
     return link<L>();
   }
+#endif
 
  private:
   template <std::size_t... I>
@@ -266,7 +267,7 @@ class Pipeline {
   static void worker_main(void* self, std::size_t w) {
     core_type& core = static_cast<Pipeline*>(self)->core_;
     core.template name_worker<I>(w);
-    if constexpr (topo::template fused_out<I>()) {
+    if constexpr (topo::template direct_out<I>()) {
       detail::segment_worker<I>(core, w);
       core.template worker_exit<I, topo::template segment_last<I>()>();
     } else {
@@ -277,7 +278,7 @@ class Pipeline {
   }
   template <std::size_t I>
   void launch_stage() {
-    if constexpr (!topo::template fused_in<I>())  // else it runs on its segment's threads
+    if constexpr (!topo::template direct_in<I>())  // else it runs on its segment's threads
       for (std::size_t w = 0; w < core_.template threads_of<I>(); ++w)
         threads_.emplace_back(&worker_main<I>, static_cast<void*>(this), w);
   }
@@ -303,15 +304,6 @@ template <class X>
 struct keys_of_pipeline<X> {
   using type = typename X::keys;
 };
-template <template <class> class PipelineOf>
-struct keys_of_template {
-  using type = typename PipelineOf<NullProfiler>::keys;
-};
-// Declared only: named in an unevaluated operand, so that each use warns (an
-// alias template's own [[deprecated]] is ignored by clang 14).
-template <template <class> class PipelineOf>
-[[deprecated("dflash::pipeline_keys_t<T> is renamed dflash::pipeline_keys<T<dflash::NullProfiler>>")]]
-keys_of_template<PipelineOf> deprecated_keys_of_template();
 }  // namespace detail
 
 /// The key set of a pipeline — a Pipeline type (with any profiler and any
@@ -320,9 +312,5 @@ keys_of_template<PipelineOf> deprecated_keys_of_template();
 /// `AccumulatingProfiler<pipeline_keys<train<NullProfiler>>>`.
 template <class PipelineOrBuilder>
 using pipeline_keys = typename detail::keys_of_pipeline<PipelineOrBuilder>::type;
-
-/// dflash 0.x spelling for a template on the profiler alone; kept for one version.
-template <template <class> class PipelineOf>
-using pipeline_keys_t = typename decltype(detail::deprecated_keys_of_template<PipelineOf>())::type;
 
 }  // namespace dflash

@@ -68,15 +68,15 @@ struct topology {
       requires { requires std::is_same_v<typename link_kind<L>::carries, carries_device_slots>; };
   /// Stage L + 1 runs on the threads that produce its items (no endpoint, no threads of its own).
   template <std::size_t L>
-  static constexpr bool fused_at =
+  static constexpr bool direct_at =
       requires { requires std::is_same_v<typename link_kind<L>::consumer_threads, consumer_on_producer_threads>; };
 
   // Per link, the two answers the stages next to it depend on.
   static constexpr auto slot_links = []<std::size_t... L>(std::index_sequence<L...>) {
     return std::array<bool, link_count>{slots_at<L>...};
   }(std::make_index_sequence<link_count>{});
-  static constexpr auto fused_links = []<std::size_t... L>(std::index_sequence<L...>) {
-    return std::array<bool, link_count>{fused_at<L>...};
+  static constexpr auto direct_links = []<std::size_t... L>(std::index_sequence<L...>) {
+    return std::array<bool, link_count>{direct_at<L>...};
   }(std::make_index_sequence<link_count>{});
 
   template <std::size_t I>
@@ -89,17 +89,17 @@ struct topology {
 
   // Direct segments: maximal runs of stages joined by links whose consumer runs on the producer's threads.
   template <std::size_t I>
-  static consteval bool fused_in() { return I > 0 && fused_links[I - 1]; }
+  static consteval bool direct_in() { return I > 0 && direct_links[I - 1]; }
   template <std::size_t I>
-  static consteval bool fused_out() { return I + 1 < stage_count && fused_links[I]; }
+  static consteval bool direct_out() { return I + 1 < stage_count && direct_links[I]; }
   template <std::size_t I>
   static consteval std::size_t segment_last() {
-    if constexpr (fused_out<I>()) return segment_last<I + 1>();
+    if constexpr (direct_out<I>()) return segment_last<I + 1>();
     else return I;
   }
   template <std::size_t I>
   static consteval std::size_t segment_first() {
-    if constexpr (fused_in<I>()) return segment_first<I - 1>();
+    if constexpr (direct_in<I>()) return segment_first<I - 1>();
     else return I;
   }
 

@@ -20,7 +20,7 @@ namespace dflash {
 
 template <fixed_string Name, std::size_t Depth>
 struct device_link : link_answers<Name, Depth, consumer_on_own_threads, carries_device_slots,
-                                  /*crosses_processes=*/false, analysis::link_kind::device> {
+                                  /*crosses_processes=*/false, analysis::model_kind::device> {
   static_assert(Depth > 0, "dflash::device_link<Name, Depth>: Depth must be at least 1");
 
   template <class Item, class P>

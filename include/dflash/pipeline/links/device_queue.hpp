@@ -53,7 +53,7 @@ struct is_device_rows<device_rows<Row, B, Elem>> : std::true_type {};
 template <fixed_string Name, std::size_t Capacity, std::uint32_t MaxRowsPerPush, std::uint32_t BatchRows,
           class Fill = partial_batches>
 struct device_queue_link : link_answers<Name, Capacity, consumer_on_own_threads, carries_device_slots,
-                                        /*crosses_processes=*/false, analysis::link_kind::device> {
+                                        /*crosses_processes=*/false, analysis::model_kind::device> {
   static_assert(Capacity >= 2 && Capacity <= ring_control::max_capacity,
                 "dflash::device_queue_link<Name, Capacity, MaxRowsPerPush, BatchRows>: Capacity (rows) must be "
                 "between 2 and ring_control::max_capacity");

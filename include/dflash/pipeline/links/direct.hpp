@@ -24,7 +24,7 @@ namespace dflash {
 
 template <fixed_string Name, std::size_t Depth>
 struct direct_link : link_answers<Name, Depth, consumer_on_producer_threads, carries_values,
-                                  /*crosses_processes=*/false, analysis::link_kind::direct> {
+                                  /*crosses_processes=*/false, analysis::model_kind::direct> {
   static_assert(Depth > 0, "dflash::direct_link<Name, Depth>: Depth must be at least 1");
   // No pop: the consumer is called with the item, so only the wait for its turn is a key.
   using keys = key_set<name_cat<Name, ".push_wait">>;

@@ -19,7 +19,7 @@ namespace dflash {
 
 template <fixed_string Name, std::size_t Depth>
 struct queue_link : link_answers<Name, Depth, consumer_on_own_threads, carries_values, /*crosses_processes=*/false,
-                                 analysis::link_kind::queue> {
+                                 analysis::model_kind::queue> {
   static_assert(Depth > 0, "dflash::queue_link<Name, Depth>: Depth must be at least 1");
 
   template <class Item, class P>
@@ -38,11 +38,5 @@ struct queue_link : link_answers<Name, Depth, consumer_on_own_threads, carries_v
     e.close();
   }
 };
-
-/// queue_link's name in dflash 0.x; kept for one version. (A class, not an
-/// alias template: clang 14 does not warn on deprecated alias templates.)
-template <fixed_string Name, std::size_t Depth>
-struct [[deprecated("dflash::queue_spec<Name, Depth> is renamed dflash::queue_link<Name, Depth>")]] queue_spec
-    : queue_link<Name, Depth> {};
 
 }  // namespace dflash
