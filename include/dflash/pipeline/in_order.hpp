@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -93,6 +94,58 @@ class reorder_buffer {
   std::vector<std::optional<parked_item>> ring_;
   std::size_t count_ = 0;
   std::uint64_t next_ = 0;
+};
+
+/// The reorder buffers of a pipeline's in_order stages (Topo: its topology;
+/// Tag: what follows an item). Stages that are not in_order hold an empty
+/// placeholder, so a build compiles no buffer (a std::map) it never uses.
+template <class Topo, class Tag>
+class ordered_stages {
+  template <std::size_t I>
+  using stage_type = typename Topo::template stage_type<I>;
+  template <std::size_t I>
+  using value = std::conditional_t<std::is_void_v<typename stage_type<I>::input_type>, char,
+                                   typename stage_type<I>::input_type>;
+  struct no_reorder {};
+  template <std::size_t I>
+  using order_type = std::conditional_t<Topo::template in_order_at<I>, reorder_buffer<value<I>, Tag>, no_reorder>;
+  template <std::size_t... I>
+  static auto orders_of(std::index_sequence<I...>) -> std::tuple<order_type<I>...>;
+
+ public:
+  template <std::size_t I>
+  [[nodiscard]] auto& reorder() noexcept {
+    return std::get<I>(orders_);
+  }
+  /// in_order stage I: runs `run(x, tag)` if x is due, then the parked items
+  /// that follow it, while `go()` holds.
+  template <std::size_t I, class Run, class Go>
+  bool deliver_in_order(typename stage_type<I>::input_type&& x, const Tag& tag, Run&& run, Go&& go) {
+    return reorder<I>().deliver(std::move(x), tag, stage_type<I>::name.view(), std::forward<Run>(run),
+                                std::forward<Go>(go));
+  }
+  /// An in_order stage that still parks items after a normal end waited for
+  /// an item that never came: the loss, said, instead of ending as if
+  /// complete; empty if every stage delivered everything.
+  [[nodiscard]] std::string unfinished() {
+    std::string why;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (([&] {
+         if constexpr (Topo::template in_order_at<I>) {
+           auto& o = reorder<I>();
+           if (o.parked() != 0 && why.empty())
+             why = "dflash::Pipeline: in_order stage '" + std::string(stage_type<I>::name.view()) + "' ended with " +
+                   std::to_string(o.parked()) + " item(s) parked: item #" + std::to_string(o.next()) +
+                   " never arrived, so they were not delivered";
+         }
+       }()),
+       ...);
+    }(std::make_index_sequence<Topo::stage_count>{});
+    return why;
+  }
+
+ private:
+  decltype(orders_of(std::make_index_sequence<Topo::stage_count>{})) orders_;
 };
 
 }  // namespace dflash::detail
