@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "dflash/profile/fixed_string.hpp"
+#include "dflash/profile/key_suffixes.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/queue/queue_keys.hpp"
 
@@ -128,41 +129,41 @@ in_order(S) -> in_order<S>;
 
 /// Keys a stage named Name gets from the pipeline: blocked on its queues vs in its call.
 template <fixed_string Name>
-using stage_wait_key = key_t<name_cat<Name, ".wait">>;
+using stage_wait_key = key_t<name_cat<Name, key_suffix::wait>>;
 template <fixed_string Name>
-using stage_work_key = key_t<name_cat<Name, ".work">>;
+using stage_work_key = key_t<name_cat<Name, key_suffix::work>>;
 /// Device time of a device stage's work per item (from the events it records).
 template <fixed_string Name>
-using stage_gpu_key = key_t<name_cat<Name, ".gpu">>;
+using stage_gpu_key = key_t<name_cat<Name, key_suffix::gpu>>;
 
 /// Flow rows of a stage after the source (profiled pipelines, item.hpp): how
 /// old an item is when the stage starts it, and how often the clock read
 /// behind the item's birth stamp (clocks of two processes that disagree, or a
 /// test clock set back) — such an item is counted there, never given an age.
 template <fixed_string Name>
-using stage_age_key = key_t<name_cat<Name, ".age">>;
+using stage_age_key = key_t<name_cat<Name, key_suffix::age>>;
 template <fixed_string Name>
-using stage_age_clock_backwards_key = key_t<name_cat<Name, ".age_clock_backwards">>;
+using stage_age_clock_backwards_key = key_t<name_cat<Name, key_suffix::age_clock_backwards>>;
 template <fixed_string Name>
-using stage_age_keys_t = key_set<name_cat<Name, ".age">, name_cat<Name, ".age_clock_backwards">>;
+using stage_age_keys_t = key_set<name_cat<Name, key_suffix::age>, name_cat<Name, key_suffix::age_clock_backwards>>;
 /// A device stage's flow row: how old an item is when the stage's device work
 /// on it ends (from the events the stage records for "<stage>.gpu").
 template <fixed_string Name>
-using stage_age_gpu_end_key = key_t<name_cat<Name, ".age_gpu_end">>;
+using stage_age_gpu_end_key = key_t<name_cat<Name, key_suffix::age_gpu_end>>;
 /// The sink's source-to-end-of-call time per item.
 template <fixed_string Name>
-using stage_e2e_key = key_t<name_cat<Name, ".e2e">>;
+using stage_e2e_key = key_t<name_cat<Name, key_suffix::e2e>>;
 
 /// All keys of stage S: "<name>.wait", "<name>.work", then S::keys if it has any.
 template <NamedStage S>
 struct stage_keys {
-  using type = key_set<name_cat<S::name, ".wait">, name_cat<S::name, ".work">>;
+  using type = key_set<name_cat<S::name, key_suffix::wait>, name_cat<S::name, key_suffix::work>>;
 };
 template <NamedStage S>
   requires requires { typename S::keys; }
 struct stage_keys<S> {
   static_assert(is_key_set<typename S::keys>::value, "dflash: a stage's `keys` member must be a dflash::key_set<...>");
-  using type = key_set_cat_t<key_set<name_cat<S::name, ".wait">, name_cat<S::name, ".work">>, typename S::keys>;
+  using type = key_set_cat_t<key_set<name_cat<S::name, key_suffix::wait>, name_cat<S::name, key_suffix::work>>, typename S::keys>;
 };
 template <NamedStage S>
 using stage_keys_t = typename stage_keys<S>::type;

@@ -14,6 +14,7 @@
 #include "dflash/pipeline/link.hpp"
 #include "dflash/pipeline/stage.hpp"
 #include "dflash/profile/key.hpp"
+#include "dflash/profile/key_suffixes.hpp"
 #include "dflash/queue/queue_keys.hpp"
 
 namespace dflash::detail {
@@ -150,7 +151,7 @@ struct topology_keys {
   static auto keys_of_stage() {
     using S = typename T::template stage_type<I>;
     if constexpr (T::template device_stage<I>)
-      return std::type_identity<key_set_cat_t<stage_keys_t<S>, key_set<name_cat<S::name, ".gpu">>>>{};
+      return std::type_identity<key_set_cat_t<stage_keys_t<S>, key_set<name_cat<S::name, key_suffix::gpu>>>>{};
     else return std::type_identity<stage_keys_t<S>>{};
   }
   // Flow rows (recorded by policies that stamp items, item.hpp): every stage
@@ -160,7 +161,7 @@ struct topology_keys {
   static auto age_keys_of_stage() {
     using S = typename T::template stage_type<I>;
     if constexpr (T::template device_stage<I>)
-      return std::type_identity<key_set_cat_t<stage_age_keys_t<S::name>, key_set<name_cat<S::name, ".age_gpu_end">>>>{};
+      return std::type_identity<key_set_cat_t<stage_age_keys_t<S::name>, key_set<name_cat<S::name, key_suffix::age_gpu_end>>>>{};
     else return std::type_identity<stage_age_keys_t<S::name>>{};
   }
   template <std::size_t I>
@@ -173,7 +174,7 @@ struct topology_keys {
       return std::type_identity<key_set_cat_t<stage_all_keys_base<I>, stage_age_rows<I>>>{};
     else
       return std::type_identity<key_set_cat_t<stage_all_keys_base<I>,
-                                              key_set_cat_t<stage_age_rows<I>, key_set<name_cat<S::name, ".e2e">>>>>{};
+                                              key_set_cat_t<stage_age_rows<I>, key_set<name_cat<S::name, key_suffix::e2e>>>>>{};
   }
   template <std::size_t I>
   using stage_all_keys_base = typename decltype(keys_of_stage<I>())::type;

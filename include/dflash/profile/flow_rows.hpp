@@ -6,13 +6,16 @@
 #include <array>
 #include <string_view>
 
+#include "dflash/profile/key_suffixes.hpp"
+
 namespace dflash {
 
 /// The suffixes of flow rows: "<stage>.age", "<sink>.e2e", and the age rows
 /// of device stages and clock checks. The last one counts items whose clock
 /// read behind their birth stamp: it holds no time.
-inline constexpr std::array<std::string_view, 4> flow_row_suffixes{".age", ".e2e", ".age_gpu_end",
-                                                                   ".age_clock_backwards"};
+inline constexpr std::array<std::string_view, 4> flow_row_suffixes{
+    key_suffix::age.view(), key_suffix::e2e.view(), key_suffix::age_gpu_end.view(),
+    key_suffix::age_clock_backwards.view()};
 inline constexpr std::string_view clock_backwards_suffix = flow_row_suffixes[3];
 
 /// True when `name` is a flow row: its total sums item lifetimes, which

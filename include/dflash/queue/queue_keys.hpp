@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "dflash/profile/fixed_string.hpp"
+#include "dflash/profile/key_suffixes.hpp"
 #include "dflash/profile/key.hpp"
 
 namespace dflash {
@@ -20,23 +21,23 @@ consteval auto fixed_string_cat() {
 }
 }  // namespace detail
 
-/// `name_cat<"hs", ".pop_wait">` == fixed_string "hs.pop_wait".
+/// `name_cat<"hs", key_suffix::pop_wait>` == fixed_string "hs.pop_wait".
 template <fixed_string A, fixed_string B>
 inline constexpr auto name_cat = detail::fixed_string_cat<A, B>();
 
 /// Key under which a queue named Name records time blocked in push().
 template <fixed_string Name>
-using push_wait_key = key_t<name_cat<Name, ".push_wait">>;
+using push_wait_key = key_t<name_cat<Name, key_suffix::push_wait>>;
 /// Key under which a queue named Name records time blocked in pop().
 template <fixed_string Name>
-using pop_wait_key = key_t<name_cat<Name, ".pop_wait">>;
+using pop_wait_key = key_t<name_cat<Name, key_suffix::pop_wait>>;
 
 /// The keys a profiled bounded_queue named Name records; concatenate with
 /// key_set_cat_t to build a profiler's key set.
 template <fixed_string Name>
-using queue_keys = key_set<name_cat<Name, ".push_wait">, name_cat<Name, ".pop_wait">>;
+using queue_keys = key_set<name_cat<Name, key_suffix::push_wait>, name_cat<Name, key_suffix::pop_wait>>;
 
-static_assert(name_cat<"hs", ".pop_wait">.view() == "hs.pop_wait");
+static_assert(name_cat<"hs", key_suffix::pop_wait>.view() == "hs.pop_wait");
 static_assert(queue_keys<"q">::names[0] == "q.push_wait" && queue_keys<"q">::names[1] == "q.pop_wait");
 
 }  // namespace dflash

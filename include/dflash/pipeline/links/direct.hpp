@@ -17,6 +17,7 @@
 #include "dflash/analysis/pipeline_layout.hpp"
 #include "dflash/pipeline/link.hpp"
 #include "dflash/profile/fixed_string.hpp"
+#include "dflash/profile/key_suffixes.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/queue/queue_keys.hpp"
 
@@ -27,7 +28,7 @@ struct direct_link : link_answers<Name, Depth, consumer_on_producer_threads, car
                                   /*crosses_processes=*/false, analysis::model_kind::direct> {
   static_assert(Depth > 0, "dflash::direct_link<Name, Depth>: Depth must be at least 1");
   // No pop: the consumer is called with the item, so only the wait for its turn is a key.
-  using keys = key_set<name_cat<Name, ".push_wait">>;
+  using keys = key_set<name_cat<Name, key_suffix::push_wait>>;
 
   template <class Item, class P>
   using endpoint = no_endpoint;
