@@ -64,7 +64,7 @@ class arriving_items {
     bool posted = false, rejected = false;
   };
 
-  explicit arriving_items(std::size_t ranks) : waiting_(ranks, 0), blocked_(ranks, false) {}
+  explicit arriving_items(std::size_t ranks) : waiting_(ranks, 0), blocked_(ranks, false), dropped_(ranks, 0) {}
 
   /// An item of rank src (received into `item`) waits for its nbufs buffers.
   void add(T item, int src, std::uint32_t nbufs, const std::byte* header, std::size_t len) {
@@ -79,12 +79,21 @@ class arriving_items {
   [[nodiscard]] bool waiting(std::size_t src) const noexcept { return waiting_[src] > 0; }
   [[nodiscard]] bool empty() const noexcept { return list_.empty(); }
 
+  /// From now on every buffer message of rank src is received and dropped
+  /// (it sends frames this rank cannot read: the job failed), so that its
+  /// sends complete and it can end.
+  void drop(std::size_t src) {
+    dropped_[src] = 1;
+    any_dropped_ = true;
+  }
+  [[nodiscard]] bool dropped(std::size_t src) const noexcept { return dropped_[src] != 0; }
+
   /// Buffer messages: matched in order per producer (an item's come before the
   /// next item's). An item whose buffers all arrived gets its receives posted;
   /// one that does not fit gets reject(src, why), its bytes land in scratch.
   template <class Reject>
   bool match(MPI_Comm c, int buffer_tag, Reject&& reject) {
-    bool busy = false;
+    bool busy = any_dropped_ && drop_buffers(c, buffer_tag);
     MPI_Status st;
     int flag = 0;
     std::fill(blocked_.begin(), blocked_.end(), false);
@@ -157,9 +166,30 @@ class arriving_items {
     a.posted = true;
   }
 
+  bool drop_buffers(MPI_Comm c, int buffer_tag) {
+    bool busy = false;
+    for (std::size_t r = 0; r < dropped_.size(); ++r)
+      while (dropped_[r]) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Message msg = MPI_MESSAGE_NULL;
+        check(MPI_Improbe(static_cast<int>(r), buffer_tag, c, &flag, &msg, &st), "MPI_Improbe");
+        if (!flag) break;
+        int n = 0;
+        MPI_Get_count(&st, MPI_BYTE, &n);
+        bin_.resize(static_cast<std::size_t>(n));
+        check(MPI_Mrecv(bin_.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
+        busy = true;
+      }
+    return busy;
+  }
+
   std::list<arrival> list_;
   std::vector<std::size_t> waiting_;  // per rank: its items here
   std::vector<bool> blocked_;         // per rank, scratch of one pass: an earlier item of its is not done
+  std::vector<char> dropped_;         // per rank: drop()
+  bool any_dropped_ = false;
+  std::vector<std::byte> bin_;        // where dropped buffer messages land
 };
 
 }  // namespace dflash::mpi::detail

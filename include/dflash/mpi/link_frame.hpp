@@ -12,14 +12,18 @@
 //   probe, and a message that finds its receive posted is copied once.
 //
 // A header message (a 0-byte one is FIN) carries a batch of items:
-//   marker 1, the item count, then per item: the number of buffer messages
-//   that follow it (so a consumer that rejects the item can still receive
-//   them and let the producer's sends complete), the length of its wire<T>
-//   header (the consumer checks it against its own layout), the header.
+//   marker 1, the protocol version, the item count, then per item: the
+//   number of buffer messages that follow it (so a consumer that rejects the
+//   item can still receive them and let the producer's sends complete), the
+//   length of its wire<T> header (the consumer checks it against its own
+//   layout), the header.
 // The buffers follow, item by item, in order.
 // A 1-byte header message with sync_marker ends the unsynchronised header
 // stream of a producer that did not close (see link_core::quiescent()); it
 // carries no items.
+// The marker and the version are the first two bytes in every version of
+// the frame, so a consumer tells a producer built with another frame apart
+// from a malformed message, and fails the job naming both versions.
 
 #include <array>
 #include <cstddef>
@@ -54,8 +58,10 @@ std::string link_name() {
 struct link_frame {
   using word = std::uint32_t;
   static constexpr std::uint8_t batch_marker = 1, sync_marker = 2;
-  /// Marker, item count.
-  static constexpr std::size_t prefix = 1 + sizeof(word);
+  /// The frame's layout after its first two bytes: a change to it changes this.
+  static constexpr std::uint8_t protocol_version = 1;
+  /// Marker, version, item count.
+  static constexpr std::size_t prefix = 2 + sizeof(word);
   // No header message is longer, whatever the item type: a producer splits a
   // batch to fit, and send() refuses an item whose header alone does not. So
   // a consumer receives every header into one buffer of this size it keeps
@@ -71,6 +77,7 @@ struct link_frame {
   /// A batch's first bytes (its item count is written by set_count()).
   static void begin(std::vector<std::byte>& h) {
     h.push_back(std::byte{batch_marker});
+    h.push_back(std::byte{protocol_version});
     put_word(h, 0);
   }
   static void add_item(std::vector<std::byte>& h, word nbufs, const std::vector<std::byte>& item_header) {
@@ -78,7 +85,7 @@ struct link_frame {
     put_word(h, static_cast<word>(item_header.size()));
     h.insert(h.end(), item_header.begin(), item_header.end());
   }
-  static void set_count(std::vector<std::byte>& h, word count) { std::memcpy(h.data() + 1, &count, sizeof count); }
+  static void set_count(std::vector<std::byte>& h, word count) { std::memcpy(h.data() + 2, &count, sizeof count); }
 
   /// What MPI can carry of x: each buffer within an int count, its header
   /// within one header message; else std::length_error with the fix.
@@ -107,11 +114,13 @@ struct link_frame {
     word nbufs;
     std::size_t at, len;
   };
-  enum class parsed { ok, malformed };
-  /// A header message into its items.
+  enum class parsed { ok, malformed, other_version };
+  /// A header message into its items; other_version: h[1] is the producer's version.
   static parsed parse(const std::byte* h, const std::size_t size, std::vector<item>& items) {
+    if (size < 2 || h[0] != std::byte{batch_marker}) return parsed::malformed;
+    if (h[1] != std::byte{protocol_version}) return parsed::other_version;
     std::size_t at = prefix;
-    bool ok = size >= at && h[0] == std::byte{batch_marker};
+    bool ok = size >= at;
     auto next = [&] {
       word w = 0;
       if (size - at < sizeof w) ok = false;
@@ -121,7 +130,7 @@ struct link_frame {
       return w;
     };
     word count = 0;
-    if (ok) std::memcpy(&count, h + 1, sizeof count);
+    if (ok) std::memcpy(&count, h + 2, sizeof count);
     items.clear();
     for (word i = 0; ok && i < count; ++i) {
       const word nbufs = next();

@@ -7,7 +7,9 @@
 // * Validation: a consumer checks each header against its wire<T> layout and
 //   each size against the buffer message that arrived (matched probes)
 //   before it allocates; an item that does not fit fails the job with the
-//   reason (its bytes are still received, so every send completes).
+//   reason (its bytes are still received, so every send completes). So does
+//   a batch from a producer built with another version of the frame: its
+//   buffers are received and dropped.
 
 #include <mpi.h>
 
@@ -147,10 +149,21 @@ class link_receiver {
   // item with no buffers and none of its producer's ahead of it goes to the
   // source stage at once, the others wait among the arrivals for their buffers.
   void parse_batch(const std::byte* h, const std::size_t size, int src) {
-    // Not from an mpi_link: nothing can be drained.
-    if (link_frame::parse(h, size, items_) == link_frame::parsed::malformed)
-      throw std::runtime_error(link_name<Name>() + ": malformed item header from rank " + std::to_string(src));
     const auto s = static_cast<std::size_t>(src);
+    if (arrivals_.dropped(s)) return;  // reported; its buffer messages are dropped
+    switch (link_frame::parse(h, size, items_)) {
+      case link_frame::parsed::ok:
+        break;
+      case link_frame::parsed::other_version:
+        arrivals_.drop(s);
+        s_.group.fail(link_name<Name>() + ": rank " + std::to_string(src) + " sends frames of protocol version " +
+                      std::to_string(static_cast<unsigned>(h[1])) + ", this rank reads version " +
+                      std::to_string(unsigned{link_frame::protocol_version}) +
+                      " (the ranks run programs built with different versions of dflash)");
+        return;
+      case link_frame::parsed::malformed:  // not from an mpi_link: nothing can be drained
+        throw std::runtime_error(link_name<Name>() + ": malformed item header from rank " + std::to_string(src));
+    }
     std::string why;
     bool delivered = false;
     std::lock_guard lk(s_.m);
