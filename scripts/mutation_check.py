@@ -85,10 +85,9 @@ MUTANTS = [
            "test_device_pipeline", ["tests/device/test_device_pipeline", "*host value that device work*"]),
     Mutant("credit_batch_as_one",
            "a consumer returns one credit for a batch of n items taken",
-           "include/dflash/mpi/mpi_link.hpp",
-           "      std::memcpy(b.data(), &n, sizeof n);\n      job_.post_owned(std::move(b), r, tag_credit);",
-           "      const std::uint64_t one = 1;\n      std::memcpy(b.data(), &one, sizeof one);\n"
-           "      job_.post_owned(std::move(b), r, tag_credit);",
+           "include/dflash/mpi/link_credits.hpp",
+           "      out_.post_copy(&n, sizeof n, r, tag_, c,\n",
+           "      const std::uint64_t one = 1;\n      out_.post_copy(&one, sizeof one, r, tag_, c,\n",
            "test_mpi", ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "3", "tests/mpi/test_mpi",
                         "credit_batches"]),
 ]

@@ -5,4 +5,5 @@
 #include "dflash/mpi/job_bottleneck.hpp"
 #include "dflash/mpi/job_profile.hpp"
 #include "dflash/mpi/mpi_link.hpp"
+#include "dflash/mpi/net_link.hpp"
 #include "dflash/mpi/wire.hpp"

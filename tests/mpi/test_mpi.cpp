@@ -1087,18 +1087,24 @@ int unwind(int argc, char** argv) {
   return failures;
 }
 
+// MPI initialised by the test with MPI_THREAD_MULTIPLE, for a rank that makes
+// MPI calls of its own while its job runs; false (after a message) where MPI
+// does not provide it.
+bool init_thread_multiple(int& argc, char**& argv, const char* mode) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  if (provided >= MPI_THREAD_MULTIPLE) return true;
+  std::fprintf(stderr, "%s: needs MPI_THREAD_MULTIPLE\n", mode);
+  MPI_Finalize();
+  return false;
+}
+
 // Something the progress thread cannot recover from (here a header on the
 // link's tag that no mpi_link sent: the consumer cannot tell how many buffer
 // messages follow): that rank names itself and the reason and aborts the job,
 // so every rank ends (ctest expects MPI_Abort's exit code and the message).
 int fatal_progress(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // rank 1 sends while the job runs
-  if (provided < MPI_THREAD_MULTIPLE) {
-    std::fprintf(stderr, "fatal_progress: needs MPI_THREAD_MULTIPLE\n");
-    MPI_Finalize();
-    return 1;
-  }
+  if (!init_thread_multiple(argc, argv, "fatal_progress")) return 1;  // rank 1 sends while the job runs
   {
     dflash::mpi::job job(argc, argv);
     dflash_test::this_rank = job.rank();
@@ -1116,6 +1122,53 @@ int fatal_progress(int argc, char** argv) {
   MPI_Finalize();
   std::fprintf(stderr, "rank %d: the job was not aborted\n", dflash_test::this_rank);
   return 1;
+}
+
+// A producer built with another version of the link's frame (here rank 1
+// posing as one: a batch header of the next version, one item with one
+// buffer): the consumer cannot read the batch, so it fails the job naming
+// both versions, and receives and drops the buffer (rank 1's synchronous send
+// of it completes), so every rank ends.
+int frame_version(int argc, char** argv) {
+  if (!init_thread_multiple(argc, argv, "frame_version")) return 1;  // rank 1 sends while the job runs
+  {
+    using frame = dflash::mpi::detail::link_frame;
+    using tags = dflash::mpi::detail::link_tags<"net">;
+    constexpr unsigned other = frame::protocol_version + 1u;
+    dflash::mpi::job job(argc, argv);
+    dflash_test::this_rank = job.rank();
+    run_config cfg{-1, -1, 0, 0}, ccfg{-1, -1, 0, 0};
+    dflash::mpi::job_result res;
+    if (dflash_test::this_rank == 1) {
+      typename pipes<tick>::profiler prof;
+      job.start(prof);  // no pipeline here: only the batch of another version
+      std::vector<std::byte> h{std::byte{frame::batch_marker}, std::byte{static_cast<unsigned char>(other)}};
+      for (std::uint32_t w : {1u, 1u, 8u}) {  // count, then the item's buffers and header length
+        const auto* p = reinterpret_cast<const std::byte*>(&w);
+        h.insert(h.end(), p, p + sizeof w);
+      }
+      h.resize(h.size() + 8);
+      MPI_Send(h.data(), static_cast<int>(h.size()), MPI_BYTE, 0, tags::header, job.comm());
+      const std::uint64_t buffer = 7;
+      MPI_Ssend(&buffer, sizeof buffer, MPI_BYTE, 0, tags::buffer, job.comm());  // returns once rank 0 took it
+      res = job.finish();
+    } else {
+      auto r = run_link<tick>(job, {1}, {0}, cfg, ccfg);
+      RANK_CHECK(r.got.empty());
+      res = r.result;
+    }
+    RANK_CHECK(!res.ok);
+    if (dflash_test::this_rank == 0) {
+      std::printf("rank 0 reports: %s\n", res.error.c_str());
+      RANK_CHECK(res.error.find("rank 0: ") == 0);
+      RANK_CHECK(res.error.find("rank 1 sends frames of protocol version " + std::to_string(other)) !=
+                 std::string::npos);
+      RANK_CHECK(res.error.find("this rank reads version " + std::to_string(unsigned{frame::protocol_version})) !=
+                 std::string::npos);
+    }
+  }
+  MPI_Finalize();
+  return failures;
 }
 
 // A rank throws before job.start(): the others' start() fails with its rank
@@ -1592,6 +1645,7 @@ int main(int argc, char** argv) {
       {"unwind_after_end", [](int c, char** v) { return unwind<true, true>(c, v); }},
       {"throw_before_start", [](int c, char** v) { return throw_before_start(c, v); }},
       {"fatal_progress", [](int c, char** v) { return fatal_progress(c, v); }},
+      {"frame_version", [](int c, char** v) { return frame_version(c, v); }},
       {"wide_headers", [](int c, char** v) { return wide_headers(c, v); }},
       {"header_limit", [](int c, char** v) { return header_limit(c, v); }},
       {"copied_items", [](int c, char** v) { return copied_items(c, v); }},

@@ -38,6 +38,7 @@
 #include "dflash/analysis/pipeline_layout.hpp"
 #include "dflash/mpi/job.hpp"
 #include "dflash/mpi/mpi_link.hpp"
+#include "dflash/mpi/process_group.hpp"
 #include "dflash/mpi/wire.hpp"
 #include "dflash/pipeline/item.hpp"
 #include "dflash/pipeline/link.hpp"
@@ -60,11 +61,18 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
                                analysis::model_kind::queue> {
   static_assert(Depth > 0, "dflash::mpi::net_link<Name, Depth>: Depth must be at least 1");
 
+  // The ranks' process group is this process's job, found by open() with
+  // job::current(): a Pipeline is built from a profiler and a shape, so the
+  // link_context it opens a link with names no group. The endpoint uses only
+  // what ProcessGroup names.
+  using group = job;
+  static_assert(ProcessGroup<group>);
+
   template <class Item, class P>
   class endpoint {
    public:
-    endpoint(job& j, std::vector<int> producers, std::vector<int> consumers, const P& prof)
-        : job_(j), link_(j, std::move(producers), std::move(consumers)), prof_(prof) {}
+    endpoint(group& g, std::vector<int> producers, std::vector<int> consumers, const P& prof)
+        : group_(g), link_(g, std::move(producers), std::move(consumers)), prof_(prof) {}
     /// Blocks for a credit, then hands the item to the job's progress thread.
     bool push(Item&& x) {
       link_.send(std::move(x), prof_);
@@ -76,13 +84,13 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
       int from = -1;
       auto x = link_.receive(prof_, &from);
       if constexpr (requires { x->seq.born_ns; })
-        if (x) x->seq.born_ns = job_.to_local_clock(x->seq.born_ns, from);
+        if (x) x->seq.born_ns = group_.to_local_clock(x->seq.born_ns, from);
       return x;
     }
     [[nodiscard]] link_stats stats() const { return link_.stats(); }
 
    private:
-    job& job_;
+    group& group_;
     mpi_link<Item, Name, Depth> link_;
     const P& prof_;
   };
@@ -97,11 +105,11 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
       throw std::invalid_argument("dflash::mpi::net_link \"" + std::string(Name.view()) + "\": its depth (credits per "
                                   "producer rank) is the compile-time " + std::to_string(Depth) + ", got " +
                                   std::to_string(c.depth) + " in the shape; change net_link<Name, Depth> instead");
-    job* j = job::current();
-    if (!j)
+    ProcessGroup auto* g = group::current();
+    if (!g)
       throw std::logic_error("dflash::mpi::net_link \"" + std::string(Name.view()) +
                              "\": no dflash::mpi::job exists in this process; create it before the pipeline");
-    return std::make_unique<endpoint<Item, P>>(*j, std::vector<int>(c.producer_ranks.begin(), c.producer_ranks.end()),
+    return std::make_unique<endpoint<Item, P>>(*g, std::vector<int>(c.producer_ranks.begin(), c.producer_ranks.end()),
                                                std::vector<int>(c.consumer_ranks.begin(), c.consumer_ranks.end()),
                                                c.prof);
   }

@@ -21,6 +21,24 @@
 
 namespace dflash::mpi {
 
+namespace detail {
+// Moves each record of `posted` that done(record) says completed to `kept`,
+// in order, where its memory serves a later send; true if any moved.
+template <class T, class Done>
+bool keep_completed(std::list<T>& posted, std::list<T>& kept, Done&& done) {
+  bool any = false;
+  for (auto it = posted.begin(); it != posted.end();) {
+    if (done(*it)) {
+      kept.splice(kept.end(), posted, it++);
+      any = true;
+    } else {
+      ++it;
+    }
+  }
+  return any;
+}
+}  // namespace detail
+
 class owned_sends {
  public:
   enum class mode { synchronous, unsynchronised };
@@ -44,18 +62,11 @@ class owned_sends {
   }
   /// Tests every send; true if any completed.
   bool complete() {
-    bool any = false;
-    for (auto it = sends_.begin(); it != sends_.end();) {
+    return detail::keep_completed(sends_, done_, [](send& o) {
       int done = 0;
-      check(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) {
-        done_.splice(done_.end(), sends_, it++);
-        any = true;
-      } else {
-        ++it;
-      }
-    }
-    return any;
+      check(MPI_Test(&o.req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      return done != 0;
+    });
   }
   [[nodiscard]] bool empty() const noexcept { return sends_.empty(); }
 
