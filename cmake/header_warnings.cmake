@@ -63,6 +63,12 @@ function(dflash_add_header_warnings_check)
     if(_h IN_LIST _needs_cccl AND NOT DFLASH_HAVE_CCCL)
       continue()  # checked where CCCL is found
     endif()
+    if(_h STREQUAL "dflash/bench/gbench.hpp")
+      find_package(benchmark QUIET)
+      if(NOT benchmark_FOUND)
+        continue()  # needs <benchmark/benchmark.h>: checked where Google Benchmark is found
+      endif()
+    endif()
     string(MAKE_C_IDENTIFIER "${_h}" _id)
     set(_tu ${CMAKE_CURRENT_BINARY_DIR}/header_warnings/${_id}.cpp)
     file(CONFIGURE OUTPUT ${_tu} CONTENT "#include <${_h}>  // alone: the header must be self-contained\n")

@@ -49,6 +49,7 @@
 #include "dflash/mpi/link_shared.hpp"
 #include "dflash/mpi/wire.hpp"
 #include "dflash/profile/profiler_policy.hpp"
+#include "dflash/profile/key_suffixes.hpp"
 #include "dflash/queue/queue_keys.hpp"
 
 namespace dflash::mpi {
@@ -145,7 +146,7 @@ struct mpi_link_sink {
   static constexpr auto name = name_cat<Link::name, ".send">;
   using input_type = typename Link::value_type;
   using output_type = void;
-  using keys = key_set<name_cat<Link::name, ".push_wait">>;
+  using keys = key_set<name_cat<Link::name, key_suffix::push_wait>>;
 
   Link* link;
   [[no_unique_address]] profiler_ref<P> prof;
@@ -160,7 +161,7 @@ struct mpi_link_source {
   static constexpr auto name = name_cat<Link::name, ".recv">;
   using input_type = void;
   using output_type = typename Link::value_type;
-  using keys = key_set<name_cat<Link::name, ".pop_wait">>;
+  using keys = key_set<name_cat<Link::name, key_suffix::pop_wait>>;
 
   Link* link;
   [[no_unique_address]] profiler_ref<P> prof;

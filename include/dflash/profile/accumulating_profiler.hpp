@@ -60,6 +60,7 @@ class AccumulatingProfiler
   using typename base::duration;
   using typename base::time_point;
   static constexpr std::size_t shard_count = Shards;  ///< exclusive shards (plus one shared overflow shard)
+  static constexpr std::string_view policy_name = "dflash::AccumulatingProfiler";  ///< in errors and tables
 
   AccumulatingProfiler()
       : shards_(std::make_unique<shard[]>(Shards + 1)),
@@ -140,7 +141,6 @@ class AccumulatingProfiler
     bank banks[2];
   };
 
-  static constexpr std::string_view policy_name = "dflash::AccumulatingProfiler";
   void on_range(std::size_t key, time_point start, time_point stop) const noexcept { record(key, to_ns(stop - start)); }
   void on_added(std::size_t key, std::uint64_t ns) const noexcept { record(key, ns); }
   void on_length(std::size_t key, std::uint64_t ns) const noexcept { record(key, ns); }  // scopes on a TickClock

@@ -5,6 +5,7 @@
 // (scripts/zero_cost_check.sh proves the latter with callgrind).
 
 #include <chrono>
+#include <string_view>
 
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/profiler_policy.hpp"
@@ -15,6 +16,7 @@ struct NullProfiler {
   using keys = any_key;
   using duration = std::chrono::nanoseconds;
   static constexpr bool enabled = false;
+  static constexpr std::string_view policy_name = "dflash::NullProfiler";
 
   struct token {};
   struct scope_type {

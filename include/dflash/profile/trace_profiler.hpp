@@ -144,6 +144,7 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
   using typename base::duration;
   using typename base::time_point;
   static constexpr std::size_t default_events_per_thread = std::size_t{1} << 16;
+  static constexpr std::string_view policy_name = "dflash::TraceProfiler";  ///< in errors and tables
 
   /// `events_per_thread` bounds each thread's buffer (24 bytes an event).
   explicit TraceProfiler(std::size_t events_per_thread = default_events_per_thread)
@@ -295,7 +296,6 @@ class TraceProfiler : public detail::clock_profiler_base<TraceProfiler<Keys, Clo
   }
 
  private:
-  static constexpr std::string_view policy_name = "dflash::TraceProfiler";
   void on_range(std::size_t key, time_point start, time_point stop) const noexcept { emit(key, start, stop, false); }
   /// A duration measured elsewhere is drawn on the thread's stream track,
   /// ending now or right after the one before (the file comment says why);
