@@ -3,7 +3,8 @@
 # instrumentation, with NullProfiler and with AccumulatingProfiler is run under
 # callgrind; the instruction count of dflash_hot_loop (inclusive) must be
 # identical for the baseline and every zero-cost variant (NullProfiler,
-# Composite<>, Composite<NullProfiler>), and so must its
+# Composite<>, Composite<NullProfiler>, NullProfiler as dflash::bench hands it
+# to a workload), and so must its
 # machine code. Last line: "instructions: baseline=N null=N accumulating=M".
 #
 # With clang (the build's CMAKE_CXX_COMPILER_ID), the zero-cost variants must
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build/release}
 
 # Variants that must match the baseline exactly, and those that only report.
-zero_cost_variants=(null composite_empty composite_null)
+zero_cost_variants=(null composite_empty composite_null bench_null)
 costed_variants=(accumulating)
 all=(baseline "${zero_cost_variants[@]}" "${costed_variants[@]}")
 
