@@ -30,11 +30,11 @@ std::string percent(double x) {
 
 // "profiling costs X % of tokens/s": 1 - (policy's rate / NullProfiler's), per round.
 std::string profiling_cost(const db::result& r, const std::string& policy, const std::string& config) {
-  const db::spread s = r.compare(policy + " " + config, "NullProfiler " + config);
-  const db::verdict v = db::verdict_of(s);
-  return policy + " costs " + percent(1 - s.median) + " of tokens/s [" + percent(1 - s.max) + " .. " +
-         percent(1 - s.min) + " over the rounds] at " + config +
-         (v == db::verdict::within_noise ? " (within noise)" : "") + "\n";
+  const db::comparison c = r.compare(policy + " " + config, "NullProfiler " + config);
+  const db::spread& s = c.ratio;
+  return policy + " costs " + percent(1 - s.median) + " of tokens/s [" + percent(1 - s.p75) + " .. " +
+         percent(1 - s.p25) + " over the middle half of the rounds] at " + config +
+         (c.verdict == db::verdict::within_noise ? " (within noise)" : "") + "\n";
 }
 
 std::string summary(const db::result& r) {
@@ -55,10 +55,11 @@ std::string summary(const db::result& r) {
   std::sort(plain.begin(), plain.end(),
             [&](std::size_t a, std::size_t b) { return r.variants[a].rate.median > r.variants[b].rate.median; });
   if (plain.size() >= 2) {
-    const db::spread m = r.compare(plain[0], plain[1]);
+    const db::comparison m = r.compare(plain[0], plain[1]);
     out += "fastest configuration: " + r.variants[plain[0]].settings.label() + ", " +
-           percent(m.median - 1) + " more tokens/s than " + r.variants[plain[1]].settings.label() + " [" +
-           percent(m.min - 1) + " .. " + percent(m.max - 1) + "] (" + db::to_string(db::verdict_of(m)) + ")\n";
+           percent(m.ratio.median - 1) + " more tokens/s than " + r.variants[plain[1]].settings.label() + " [" +
+           percent(m.ratio.p25 - 1) + " .. " + percent(m.ratio.p75 - 1) + "] (" + db::to_string(m.verdict) + ", " +
+           std::to_string(m.votes.faster) + " of " + std::to_string(m.votes.rounds) + " rounds)\n";
   }
   return out;
 }
@@ -95,7 +96,6 @@ int main(int argc, char** argv) {
     return ex::run_training<P, dflash::host_stream_backend>(setup_of(c), prof, no_tables, console, nullptr).log.tokens;
   };
   db::options o;
-  o.rounds = 5;
   o.unit = "tokens";
   return db::run_main(argc, argv, db::policies<dflash::NullProfiler, acc, both>{}, g, work, o, summary);
 }

@@ -4,8 +4,8 @@
 //   spread_of(v)               median, p25, p75, min, max of a sample (linear
 //                              interpolation between order statistics, as numpy's default)
 //   ratios(a, b)               a[r] / b[r] per round r: what noise that spans a round cancels in
-//   verdict_of(ratio_spread)   "faster" / "slower" only when every round agrees (min..max
-//                              excludes 1), else "within noise"
+//   verdict_of(ratios)         "faster" / "slower" only when enough rounds agree (a sign
+//                              test at the 10 % level: rounds_needed), else "within noise"
 //   rotation(n, rounds, seed)  each round's order of n variants: a seeded shuffle, rotated by one each round
 
 #include <algorithm>
@@ -55,14 +55,50 @@ struct spread {
 }
 
 /// How a variant compares with the baseline, from its per-round ratios of
-/// rates (higher is faster): a direction only when every round says so.
+/// rates (above 1: faster in that round).
 enum class verdict { faster, slower, within_noise, baseline };
 
-[[nodiscard]] inline verdict verdict_of(const spread& rate_ratio) noexcept {
-  if (rate_ratio.min > 1) return verdict::faster;
-  if (rate_ratio.max < 1) return verdict::slower;
+/// The fewest of n rounds that must fall on one side of 1 for a verdict: a
+/// two-sided sign test at the 10 % level — a fair coin would put that many
+/// rounds on one side less than one time in ten; n + 1 (never) below 5
+/// rounds. (5 rounds: all 5; 7: all 7; 9: 8; 12: 10.)
+[[nodiscard]] inline std::size_t rounds_needed(std::size_t n) noexcept {
+  if (n < 4) return n + 1;
+  // P(at least k on one side) = 2 * sum_{j >= k} C(n, j) / 2^n, smallest k with P <= 0.1.
+  std::vector<double> c(n + 1, 0.0);
+  c[0] = 1;
+  for (std::size_t i = 1; i <= n; ++i)
+    for (std::size_t j = i; j > 0; --j) c[j] += c[j - 1];
+  const double all = std::ldexp(1.0, static_cast<int>(n));
+  double tail = 0;
+  std::size_t k = n + 1;
+  for (std::size_t j = n; j > n / 2; --j) {
+    tail += c[j];
+    if (2 * tail / all > 0.1) break;
+    k = j;
+  }
+  return k;
+}
+
+/// The rounds that say "faster" (ratio above 1) and "slower" (below 1).
+struct round_votes {
+  std::size_t faster = 0, slower = 0, rounds = 0;
+};
+[[nodiscard]] inline round_votes votes_of(const std::vector<double>& ratio) noexcept {
+  round_votes v;
+  v.rounds = ratio.size();
+  for (const double r : ratio) v.faster += r > 1, v.slower += r < 1;
+  return v;
+}
+
+/// A direction only when enough rounds agree (rounds_needed), else within noise.
+[[nodiscard]] inline verdict verdict_of(const round_votes& v) noexcept {
+  const std::size_t k = rounds_needed(v.rounds);
+  if (v.faster >= k) return verdict::faster;
+  if (v.slower >= k) return verdict::slower;
   return verdict::within_noise;
 }
+[[nodiscard]] inline verdict verdict_of(const std::vector<double>& ratio) noexcept { return verdict_of(votes_of(ratio)); }
 
 [[nodiscard]] inline std::string to_string(verdict v) {
   switch (v) {

@@ -21,8 +21,8 @@
 // variant: rate (units/s) and wall and CPU seconds per unit, as median,
 // p25..p75 and min..max over the rounds; and the per-round ratio of its rate
 // to the baseline's (measured in the same round, so noise spanning a round
-// cancels), with a verdict only when every round agrees ("within noise"
-// otherwise). The load average at start and end says how busy the machine was.
+// cancels), with a verdict only when enough rounds agree — a sign test at the
+// 10 % level (bench/stats.hpp), "within noise" otherwise. The load average at start and end says how busy the machine was.
 //
 // Bad input is an error that names what is wrong: no round, an unknown
 // baseline, a workload that throws (the variant named) or returns no units
@@ -34,7 +34,8 @@
 //    "variants": [{"name": str, "policy": str, "config": {setting: int, ...},
 //                  "rounds": [{"wall_s": num, "cpu_s": num, "units": num}, ...],
 //                  "rate": S, "wall_per_unit_s": S, "cpu_per_unit_s": S,
-//                  "vs_baseline": S, "verdict": "faster" | "slower" | "within noise" | "baseline"}]}
+//                  "vs_baseline": S, "rounds_faster": int, "rounds_slower": int,
+//                  "verdict": "faster" | "slower" | "within noise" | "baseline"}]}
 //   where S = {"median": num, "p25": num, "p75": num, "min": num, "max": num}.
 
 #include <chrono>
@@ -60,7 +61,7 @@
 namespace dflash::bench {
 
 struct options {
-  std::size_t rounds = 7;    ///< measured rounds (at least 1; 5 or more for a verdict worth reading)
+  std::size_t rounds = 9;    ///< measured rounds (at least 1; a verdict needs 5 or more, 9 forgives one odd round)
   std::size_t warmup = 1;    ///< unmeasured runs of each variant first
   std::uint64_t seed = 1;    ///< the order of the variants (then rotated each round)
   std::string baseline;      ///< the variant the others are compared with; empty: the first
@@ -76,6 +77,14 @@ struct variant_result {
   spread rate;                               ///< units per second of wall time
   spread wall_per_unit, cpu_per_unit;        ///< seconds per unit
   spread vs_baseline;                        ///< rate / the baseline's rate, per round
+  round_votes votes;                         ///< the rounds it was faster / slower than the baseline in
+  bench::verdict verdict = verdict::within_noise;
+};
+
+/// Variant a against variant b, round by round.
+struct comparison {
+  spread ratio;        ///< a's rate over b's in each round
+  round_votes votes;   ///< rounds a was faster / slower in
   bench::verdict verdict = verdict::within_noise;
 };
 
@@ -88,9 +97,9 @@ struct result {
   /// The index of the variant named `name`; std::invalid_argument listing the names if none is.
   [[nodiscard]] std::size_t index_of(const std::string& name) const;
   /// Variant a's rate over variant b's, round by round (both measured in each
-  /// round), and the verdict that spread gives.
-  [[nodiscard]] spread compare(std::size_t a, std::size_t b) const;
-  [[nodiscard]] spread compare(const std::string& a, const std::string& b) const {
+  /// round), and the verdict the rounds give.
+  [[nodiscard]] comparison compare(std::size_t a, std::size_t b) const;
+  [[nodiscard]] comparison compare(const std::string& a, const std::string& b) const {
     return compare(index_of(a), index_of(b));
   }
 
@@ -200,8 +209,10 @@ result run(policies<Ps...>, const grid& g, Workload&& work, const options& o = {
   }
   for (std::size_t i = 0; i < r.variants.size(); ++i) {
     auto& v = r.variants[i];
-    v.vs_baseline = r.compare(i, r.baseline);
-    v.verdict = i == r.baseline ? verdict::baseline : verdict_of(v.vs_baseline);
+    const comparison c = r.compare(i, r.baseline);
+    v.vs_baseline = c.ratio;
+    v.votes = c.votes;
+    v.verdict = i == r.baseline ? verdict::baseline : c.verdict;
   }
   return r;
 }
@@ -214,14 +225,19 @@ inline std::size_t result::index_of(const std::string& name) const {
   throw std::invalid_argument("dflash::bench: no variant named '" + name + "' (the variants: " + names + ")");
 }
 
-inline spread result::compare(std::size_t a, std::size_t b) const {
+inline comparison result::compare(std::size_t a, std::size_t b) const {
   if (a >= variants.size() || b >= variants.size()) throw std::out_of_range("dflash::bench::result::compare: no such variant");
   auto rates = [&](std::size_t i) {
     std::vector<double> r;
     for (std::size_t k = 0; k < variants[i].units.size(); ++k) r.push_back(variants[i].units[k] / variants[i].wall_s[k]);
     return r;
   };
-  return spread_of(ratios(rates(a), rates(b)));
+  const std::vector<double> q = ratios(rates(a), rates(b));
+  comparison c;
+  c.ratio = spread_of(q);
+  c.votes = votes_of(q);
+  c.verdict = verdict_of(c.votes);
+  return c;
 }
 
 // ---- output ------------------------------------------------------------------
@@ -287,8 +303,13 @@ inline std::string result::table() const {
   rows.push_back({"variant", u + "/s", "[p25 .. p75]", "cpu/" + one, "vs baseline", "[min .. max]", "verdict"});
   for (const auto& v : variants) {
     std::string verdict_text = to_string(v.verdict);
-    if (v.verdict == verdict::faster || v.verdict == verdict::slower)
+    if (v.verdict == verdict::faster || v.verdict == verdict::slower) {
       verdict_text += fmt(" by %.1f %%", std::fabs(v.vs_baseline.median - 1) * 100);
+      verdict_text += " (" + std::to_string(v.verdict == verdict::faster ? v.votes.faster : v.votes.slower) + " of " +
+                      std::to_string(v.votes.rounds) + " rounds)";
+    } else if (v.verdict == verdict::within_noise) {
+      verdict_text += " (" + std::to_string(v.votes.faster) + " faster, " + std::to_string(v.votes.slower) + " slower)";
+    }
     rows.push_back({v.name, detail::human(v.rate.median), range(detail::human(v.rate.p25), detail::human(v.rate.p75)),
                     detail::seconds(v.cpu_per_unit.median), fmt("%.3f", v.vs_baseline.median),
                     range(fmt("%.3f", v.vs_baseline.min), fmt("%.3f", v.vs_baseline.max)), verdict_text});
@@ -310,8 +331,9 @@ inline std::string result::table() const {
     }
     s += "\n";
   }
-  s += "(rates: median of the rounds; vs baseline: the rate over the baseline's in the same round; a verdict only "
-       "when every round agrees)\n";
+  s += "(rates: median of the rounds; vs baseline: the rate over the baseline's in the same round; a verdict when ";
+  s += std::to_string(rounds_needed(opts.rounds)) + " of the " + std::to_string(opts.rounds) +
+       " rounds agree, a sign test at the 10 % level)\n";
   return s;
 }
 
@@ -338,7 +360,8 @@ inline std::string result::json() const {
     }
     s += "], \"rate\": " + json_spread(v.rate) + ", \"wall_per_unit_s\": " + json_spread(v.wall_per_unit) +
          ", \"cpu_per_unit_s\": " + json_spread(v.cpu_per_unit) + ", \"vs_baseline\": " + json_spread(v.vs_baseline) +
-         ", \"verdict\": " + json_string(to_string(v.verdict)) + "}";
+         ", \"rounds_faster\": " + std::to_string(v.votes.faster) + ", \"rounds_slower\": " +
+         std::to_string(v.votes.slower) + ", \"verdict\": " + json_string(to_string(v.verdict)) + "}";
   }
   return s + "]}\n";
 }
