@@ -53,20 +53,36 @@ inline std::string bad_what_if(const Options& o, const dflash::analysis::pipelin
   return {};
 }
 
-/// The advice section for one profile window. tokens_per_step > 0 prints tokens/s; cpu_ns: the
-/// process's CPU time over the window (0 = unknown).
-inline std::string advice_text(const dflash::profile_snapshot& snap, const dflash::analysis::pipeline_layout& lay,
-                               const Options& o, double cpu_ns, double tokens_per_step) {
-  auto a = advice_options_for(o, lay);
+/// The advice for one profile window, and the options it was made with.
+/// tokens_per_step > 0 speaks of tokens/s; cpu_ns: the process's CPU time over
+/// the window (0 = unknown).
+struct advised {
+  dflash::analysis::advice advice;
+  dflash::analysis::advice_options options;
+};
+inline advised advise_on(const dflash::profile_snapshot& snap, const dflash::analysis::pipeline_layout& lay,
+                         const Options& o, double cpu_ns, double tokens_per_step) {
+  advised r{{}, advice_options_for(o, lay)};
+  auto& a = r.options;
   a.model.process_cpu_ns = cpu_ns;
   a.model.seed = o.seed;
   if (tokens_per_step > 0) {
     a.unit = "tokens/s";
     a.units_per_item = tokens_per_step;
   }
-  std::string out = dflash::analysis::format_advice(dflash::analysis::advise(snap, lay, a), a);
-  if (a.format == dflash::report_format::json) out = "{\"advice\":" + out + "}\n";
+  r.advice = dflash::analysis::advise(snap, lay, a);
+  return r;
+}
+
+/// The advice section for one profile window (see advise_on).
+inline std::string advice_text(const advised& a) {
+  std::string out = dflash::analysis::format_advice(a.advice, a.options);
+  if (a.options.format == dflash::report_format::json) out = "{\"advice\":" + out + "}\n";
   return out;
+}
+inline std::string advice_text(const dflash::profile_snapshot& snap, const dflash::analysis::pipeline_layout& lay,
+                               const Options& o, double cpu_ns, double tokens_per_step) {
+  return advice_text(advise_on(snap, lay, o, cpu_ns, tokens_per_step));
 }
 
 }  // namespace dflash_example

@@ -215,6 +215,14 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
                                  "predict throughput for a change from this run's profile, e.g. "
                                  "target_forward.workers=3, hs_queue.depth=8, drafter.speed=2 (comma-joined changes "
                                  "form one configuration; repeatable; profiled build)");
+  auto* validate = app.add_flag("--validate", o.validate,
+                                "after the run, make the advisor's best changes that have a flag (and every --what-if) "
+                                "for real: each configuration runs under NullProfiler, rounds interleaved with the "
+                                "configuration as measured, and a table sets predicted beside measured (profiled build)");
+  auto* validate_rounds =
+      app.add_option("--validate-rounds", o.validate_rounds, "interleaved rounds of the --validate runs")
+          ->transform(in_range(1, 1000))
+          ->capture_default_str();
   app.add_option("--slow-drafter", o.slow_drafter,
                  "each drafter step takes this many times as long (the extra time spins on the CPU): a known "
                  "slowdown to check predictions against")
@@ -263,7 +271,9 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
     if (o.profile_interval != 0) return usage(std::string("--profile-interval") + needs);
     if (advice->count() > 0) return usage(std::string("--advice") + needs);
     if (what_if->count() > 0) return usage(std::string("--what-if") + needs);
+    if (validate->count() > 0) return usage(std::string("--validate") + needs);
   }
+  if (validate_rounds->count() > 0 && validate->count() == 0) return usage("--validate-rounds needs --validate");
   if (trace->count() > 0 && o.trace.empty()) return usage("--trace: the file name is empty");
   if (results->count() > 0 && o.results.empty()) return usage("--results: the file name is empty");
   if (ranks_opt->count() > 0) {
@@ -290,6 +300,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
     if (hs_link == "rows") return usage("--ranks: the MPI job carries whole steps over hs_device: use --hs-link slots");
     if (trace->count() > 0) return usage("--ranks: --trace is per process and not supported in an MPI job");
     if (results->count() > 0) return usage("--ranks: --results is not supported in an MPI job");
+    if (validate->count() > 0) return usage("--ranks: --validate runs configurations in one process, not an MPI job");
     o.target_ranks = t;
     o.drafter_ranks = d;
   }

@@ -43,6 +43,8 @@ struct Options {
   bool advice = false;                  ///< --advice: the periodic profile tables carry the bottleneck and what-ifs too
   std::vector<std::string> what_if;     ///< --what-if: configurations to predict from this run's profile
   double slow_drafter = 1;              ///< --slow-drafter F: each drafter step takes F times as long (CPU spin)
+  bool validate = false;                ///< --validate: run the advisor's predictions for real and compare
+  std::int32_t validate_rounds = 5;     ///< --validate-rounds: interleaved rounds of those runs
   std::vector<int> gpus;                ///< --gpus: devices of the target workers (worker w on gpus[w % n]),
                                         ///< postprocess on gpus[0]; empty = the current device. With --device
                                         ///< cpu the host twin simulates gpus.size() devices (ids 0..n-1)

@@ -10,6 +10,8 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <algorithm>
 #include <memory>
 #include <stdexcept>
@@ -29,6 +31,7 @@
 #include "advice.hpp"
 #include "cli.hpp"
 #include "signals.hpp"
+#include "validate.hpp"
 #include "train_pipeline.hpp"
 
 namespace dflash_example {
@@ -37,6 +40,7 @@ struct RunResult {
   TrainLog log;
   double seconds = 0;
   std::string advice;  ///< profiled build: the bottleneck and what-if section of the whole run
+  std::optional<advised> advice_data;  ///< profiled build: the same advice, as data (--validate)
   std::string link_counts;  ///< --hs-link rows: what the hs_rows link counted (rows, batches, fill)
   [[nodiscard]] double tokens_per_second() const noexcept {
     return seconds > 0 ? static_cast<double>(log.tokens) / seconds : 0.0;
@@ -159,8 +163,9 @@ RunResult run_pipeline(const Setup& setup, const P& prof, Stats& stats, Console&
   if constexpr (Stats::enabled) {
     const auto snap = stats.snapshot();
     const double steps = static_cast<double>(r.log.digests.size());
-    r.advice = advice_text(snap, p.layout(), o, process_cpu_ns() - cpu0,
-                           steps > 0 ? static_cast<double>(r.log.tokens) / steps : 0);
+    r.advice_data = advise_on(snap, p.layout(), o, process_cpu_ns() - cpu0,
+                              steps > 0 ? static_cast<double>(r.log.tokens) / steps : 0);
+    r.advice = advice_text(*r.advice_data);
   }
   return r;
 }
@@ -326,6 +331,26 @@ int train_main(int argc, char** argv) {
       final_opt.format = fmt;
       console.block("final profile (whole run):\n" + stats.summary(final_opt));
       console.block(r.advice);
+      if (o.validate && r.advice_data) {  // the predictions, run for real
+        console.progress("validate: running the predicted configurations...");
+        Console quiet(stdout, false, true);
+        std::map<std::string, std::unique_ptr<Setup>> setups;  // made in the unmeasured warm-up
+        const auto run_one = [&](const Options& v) {
+          char key[128];  // what the validated changes vary
+          std::snprintf(key, sizeof key, "%d %d %d %d %g", v.target_workers, v.batch_queue_depth, v.post_link_depth,
+                        v.hs_queue_depth, v.slow_drafter);
+          auto& su = setups[key];
+          if (!su) su = std::make_unique<Setup>(v);
+          dflash::NullProfiler none;
+          return run_training(*su, none, none, quiet, device.get()).log.tokens;
+        };
+        Options base = o;
+        base.quiet = true;
+        base.profile_interval = 0;
+        base.progress_interval = 0;
+        console.block(validate_predictions(r.advice_data->advice, r.advice_data->options, base,
+                                           static_cast<std::size_t>(o.validate_rounds), run_one));
+      }
     } else {
       dflash::NullProfiler none;
       r = run_training(setup, none, none, console, device.get());
