@@ -142,6 +142,8 @@ int mpi_train_main(const Options& o, int argc, char** argv) {
                     (json ? "\n" : ""));
     }
     if (!res.ok) std::fprintf(stderr, "%s: error: %s\n", self, res.error.c_str());
+    else if (res.stopped_early)  // a stop (Ctrl-C, a drain) ended the run: not every step was trained
+      console.block("the job was stopped before every step was trained (a stop, not an error)");
   }
   return res.ok ? 0 : exit_failure;
 }

@@ -953,6 +953,8 @@ int throwing(int argc, char** argv, bool producer_throws) {
   const bool thrower = producer_throws ? job.rank() == 2 : job.rank() == 0;
   RANK_CHECK(r.ran_ok == !thrower);
   RANK_CHECK(!r.result.ok);  // on every rank
+  RANK_CHECK(r.result.stopped_early);
+  RANK_CHECK(r.stats.receiving == 0);  // nothing of the stopped run is still being received at MPI_Finalize
   const std::int64_t throw_ns = producer_throws ? cfg.throw_ns : ccfg.throw_ns;
   std::vector<std::int64_t> ends(static_cast<std::size_t>(job.size())), throws(static_cast<std::size_t>(job.size()));
   MPI_Gather(&r.end_ns, 1, MPI_INT64_T, ends.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD);

@@ -153,6 +153,7 @@ int exactly_once(int argc, char** argv, bool throw_in_sink) {
   }
   const auto res = job.finish();
   const bool consumer = job.rank() == job.size() - 1;
+  RANK_CHECK(res.stopped_early == throw_in_sink);  // a complete run says so; a failed one ended early
   if (!throw_in_sink) {
     RANK_CHECK(res.ok);
     if (consumer) {
@@ -278,6 +279,47 @@ int one_rank_fails_early(int argc, char** argv, late_failure how) {
 
 // Two runs in one job, each over its own net_link: the second link is told
 // this rank's end when the second run ends, so its consumer ends too.
+// The consumer rank drains its pipeline (stop(drain)) after some items: the
+// documented early stop, not an error — and job_result says it was early on
+// every rank, so a program tells it from a complete run.
+int drain_consumer(int argc, char** argv) {
+  dflash::mpi::job job(argc, argv);
+  dflash_test::this_rank = job.rank();
+  job.start();
+  using pipe = net_pipeline<dflash::NullProfiler>;
+  auto shape = pipe::default_shape();
+  place(shape, job.rank(), job.size());
+  std::vector<tick> got;
+  const bool consumer = job.rank() == job.size() - 1;
+  constexpr int stop_after = 50;
+  {
+    std::atomic<int> taken{0};
+    struct counted : collect {
+      std::atomic<int>* n;
+      void operator()(tick&& t) {
+        collect::operator()(std::move(t));
+        n->fetch_add(1);
+      }
+    };
+    dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"in", 4>, dflash::workers<square, 2>,
+                     dflash::mpi::net_link<"net", 3>, counted>
+        p(shape, numbers{job.rank(), 0}, square{}, counted{{&got}, &taken});
+    std::thread stopper;
+    if (consumer)
+      stopper = std::thread([&] {
+        while (taken.load() < stop_after && !p.cancelled()) std::this_thread::sleep_for(1ms);
+        p.stop(dflash::stop_mode::drain);
+      });
+    job.run(p);
+    if (stopper.joinable()) stopper.join();
+  }
+  const auto res = job.finish();
+  RANK_CHECK(res.ok);             // a drain is no error
+  RANK_CHECK(res.stopped_early);  // but the run did not complete, and every rank learns it
+  if (consumer) RANK_CHECK(static_cast<int>(got.size()) >= stop_after);
+  return failures == 0 ? 0 : 1;
+}
+
 int two_runs(int argc, char** argv) {
   dflash::mpi::job job(argc, argv);
   dflash_test::this_rank = job.rank();
@@ -298,7 +340,9 @@ int two_runs(int argc, char** argv) {
     second p(shape, numbers{job.rank(), 0}, square{}, collect{&got2});
     RANK_CHECK(job.run(p));
   }
-  RANK_CHECK(job.finish().ok);
+  const auto res = job.finish();
+  RANK_CHECK(res.ok);
+  RANK_CHECK(!res.stopped_early);
   const bool consumer = job.rank() == job.size() - 1;
   const std::size_t expect = consumer ? static_cast<std::size_t>((job.size() - 1) * items_per_rank) : 0;
   RANK_CHECK(got1.size() == expect);
@@ -330,12 +374,13 @@ int main(int argc, char** argv) {
     if (mode == "consumer_never_built")
       return one_rank_fails_early(argc, argv, late_failure::consumer_never_built);
     if (mode == "two_runs") return two_runs(argc, argv);
+    if (mode == "drain_consumer") return drain_consumer(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", dflash_test::this_rank, e.what());
     return 1;
   }
   std::fprintf(stderr, "test_net_link: unknown mode '%s' (exactly_once, device, throw_consumer, placement, "
-               "round_trip, stop_before_build, peer_never_built, consumer_never_built, two_runs)\n",
+               "round_trip, stop_before_build, peer_never_built, consumer_never_built, two_runs, drain_consumer)\n",
                mode.c_str());
   return 2;
 }

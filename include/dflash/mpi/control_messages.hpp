@@ -4,9 +4,9 @@
 //
 //   STOP     any rank -> every rank   the job stops (no payload)
 //   PROFILE  rank r -> rank 0         a periodic snapshot
-//   FINAL    rank r -> rank 0         r's error text (empty: none) and final snapshot
-//                                     (empty: none, its ~job finished it)
-//   BYE      rank 0 -> every rank     every FINAL arrived; whether all were clean
+//   FINAL    rank r -> rank 0         r's error text (empty: none), final snapshot
+//                                     (empty: none, its ~job finished it), whether a stop ended its run
+//   BYE      rank 0 -> every rank     every FINAL arrived; whether all were clean, whether any stopped
 //
 // Links use tags from tag_links up (mpi_link.hpp).
 
@@ -33,7 +33,8 @@ struct stop_message {
   std::uint8_t unused = 0;  // MPI messages may be empty, but a STOP is never confused with one
 };
 struct bye_message {
-  std::uint8_t ok = 1;  ///< every rank's FINAL had no error
+  std::uint8_t ok = 1;       ///< every rank's FINAL had no error
+  std::uint8_t stopped = 0;  ///< some rank's FINAL said a stop ended its run
 };
 struct profile_message {
   std::vector<std::uint64_t> snapshot;  ///< encode_snapshot's words
@@ -41,6 +42,7 @@ struct profile_message {
 struct final_message {
   std::vector<char> error;              ///< the rank's error, empty if none
   std::vector<std::uint64_t> snapshot;  ///< encode_snapshot's words, empty if none was taken
+  std::uint8_t stopped = 0;             ///< a stop (STOP seen or asked for) ended this rank's run early
 };
 
 template <>
@@ -50,6 +52,7 @@ struct wire<profile_message> {
 template <>
 struct wire<final_message> {
   static void for_each_field(final_message& m, auto&& f) {
+    f(m.stopped);
     f(m.error);
     f(m.snapshot);
   }

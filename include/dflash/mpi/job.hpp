@@ -145,6 +145,7 @@ class job {
       err = std::current_exception();
     }
     const bool cancelled = p.cancelled();
+    if (cancelled || p.stop_requested()) state_.note_stopped_run();  // a drain too: the source ended early
     state_.unwatch();
     if (err) {
       try {
@@ -252,6 +253,7 @@ class job {
     loop_.join();
     job_result r;
     r.ok = loop_.bye_ok();
+    r.stopped_early = loop_.stopped_any();
     if (rank() == 0) {
       r.error = profile_.errors();
       r.profile = profile_.take_final();

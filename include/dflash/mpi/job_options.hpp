@@ -26,6 +26,11 @@ struct job_options {
 
 struct job_result {
   bool ok = true;             ///< every rank finished without an error (the same on every rank)
+  /// A stop ended the job's run early on some rank — a user's stop() (drain or
+  /// cancel), a stage's dflash::pipeline_stop, or a failure — so items may
+  /// have been left untaken: ok && !stopped_early is a complete run. The same
+  /// on every rank.
+  bool stopped_early = false;
   std::string error;          ///< rank 0: every failed rank's error; others: their own
   std::optional<job_profile> profile;  ///< rank 0 only: every rank's final snapshot
 };

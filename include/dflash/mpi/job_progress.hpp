@@ -77,6 +77,8 @@ class progress_loop {
   [[nodiscard]] std::uint64_t passes() const noexcept { return passes_.load(std::memory_order_relaxed); }
   /// After join(): every rank finished without an error (BYE said so).
   [[nodiscard]] bool bye_ok() const noexcept { return bye_ok_; }
+  /// Some rank's run was ended by a stop (rank 0's BYE says so; read after join).
+  [[nodiscard]] bool stopped_any() const noexcept { return stopped_any_; }
 
  private:
   using clock = std::chrono::steady_clock;
@@ -216,11 +218,14 @@ class progress_loop {
     if (!owned_.empty() || !links_.quiescent()) return false;
     std::string err = state_.error();
     std::optional<profile_snapshot> snap = profile_.final_snapshot();
+    const bool stopped = state_.ended_by_stop();
     if (rank() == 0) {
       profile_.own_final(std::move(snap), std::move(err));
+      stopped_any_ = stopped_any_ || stopped;
       ++s.finals;
     } else {
-      final_message m{{err.begin(), err.end()}, snap ? encode_snapshot(*snap) : std::vector<std::uint64_t>{}};
+      final_message m{{err.begin(), err.end()}, snap ? encode_snapshot(*snap) : std::vector<std::uint64_t>{},
+                      static_cast<std::uint8_t>(stopped)};
       owned_.post_message(std::move(m), 0, tag_final, comm());
     }
     s.final_sent = true;
@@ -237,12 +242,14 @@ class progress_loop {
         f = m->as<final_message>();
       } catch (const std::exception&) {
       }
+      stopped_any_ = stopped_any_ || (f && f->stopped != 0);
       profile_.final_from(static_cast<std::size_t>(m->source), f ? &*f : nullptr);
     }
     if (s.finals == size() && !s.bye_sent) {
       bye_ok_ = profile_.clean();
       for (int r = 1; r < size(); ++r)
-        owned_.post_message(bye_message{static_cast<std::uint8_t>(bye_ok_)}, r, tag_bye, comm());
+        owned_.post_message(bye_message{static_cast<std::uint8_t>(bye_ok_), static_cast<std::uint8_t>(stopped_any_)}, r,
+                            tag_bye, comm());
       s.bye_sent = true;
     }
     s.done = s.bye_sent && owned_.empty();
@@ -254,7 +261,9 @@ class progress_loop {
     const auto m = try_receive(comm(), 0, tag_bye);
     if (!m) return false;
     try {
-      bye_ok_ = m->as<bye_message>().ok != 0;
+      const auto bye = m->as<bye_message>();
+      bye_ok_ = bye.ok != 0;
+      stopped_any_ = bye.stopped != 0;
     } catch (const std::exception&) {
       bye_ok_ = false;
     }
@@ -272,6 +281,7 @@ class progress_loop {
   std::vector<std::byte> orphan_;  // drop_orphans' scratch
   std::atomic<std::uint64_t> passes_{0};
   bool bye_ok_ = true;  // progress thread (read after join)
+  bool stopped_any_ = false;
 };
 
 }  // namespace dflash::mpi::detail

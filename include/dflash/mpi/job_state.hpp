@@ -32,6 +32,12 @@ class job_state {
   /// A STOP was seen (from this rank or another): true the first time.
   bool enter_stop() noexcept { return !stopped_.exchange(true, std::memory_order_acq_rel); }
   [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
+  /// A run of this rank's ended by a stop: its own (stop(), drain or cancel)
+  /// or the job's. What job_result::stopped_early reports, with the STOPs.
+  void note_stopped_run() noexcept { stopped_run_.store(true, std::memory_order_release); }
+  [[nodiscard]] bool ended_by_stop() const noexcept {
+    return stopped_run_.load(std::memory_order_acquire) || stopped() || stop_requested();
+  }
   /// finish() (or ~job) was called: the progress thread ends the job.
   void request_finish() noexcept { finish_requested_.store(true, std::memory_order_release); }
   [[nodiscard]] bool finish_requested() const noexcept { return finish_requested_.load(std::memory_order_acquire); }
@@ -65,7 +71,7 @@ class job_state {
   std::mutex hook_m_;
   std::function<bool()> cancelled_hook_;
   std::function<void()> stop_hook_;
-  std::atomic<bool> stop_requested_{false}, stopped_{false}, finish_requested_{false};
+  std::atomic<bool> stop_requested_{false}, stopped_{false}, finish_requested_{false}, stopped_run_{false};
 };
 
 }  // namespace dflash::mpi::detail

@@ -78,6 +78,27 @@ class arriving_items {
   /// Items of rank src wait here (a later one of its must not overtake them).
   [[nodiscard]] bool waiting(std::size_t src) const noexcept { return waiting_[src] > 0; }
   [[nodiscard]] bool empty() const noexcept { return list_.empty(); }
+  [[nodiscard]] std::size_t size() const noexcept { return list_.size(); }
+
+  /// The job's loop ended (every rank said FINAL, so every buffer sent here
+  /// was sent and matched): the receives still posted complete, the matched
+  /// messages not yet received are received, and their items go — the run
+  /// is over — so that no request or matched message is left at MPI_Finalize.
+  void retire() {
+    for (auto& a : list_) {
+      if (a.posted) {
+        if (!a.reqs.empty())
+          check(MPI_Waitall(static_cast<int>(a.reqs.size()), a.reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+        continue;
+      }
+      for (std::size_t k = 0; k < a.msgs.size(); ++k) {
+        bin_.resize(static_cast<std::size_t>(a.sizes[k]));
+        check(MPI_Mrecv(bin_.data(), a.sizes[k], MPI_BYTE, &a.msgs[k], MPI_STATUS_IGNORE), "MPI_Mrecv");
+      }
+    }
+    list_.clear();
+    std::fill(waiting_.begin(), waiting_.end(), 0);
+  }
 
   /// From now on every buffer message of rank src is received and dropped
   /// (it sends frames this rank cannot read: the job failed), so that its

@@ -84,6 +84,7 @@ class link_core final : public channel {
     std::lock_guard lk(s_.m);
     auto s = s_.stats;
     s.queued = sender_.queued();
+    s.receiving = receiver_.receiving();
     s.driven = driven_.load(std::memory_order_relaxed);
     return s;
   }

@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -97,11 +98,19 @@ class link_receiver {
       }
     }
     busy |= post_credits(c, idle);
+    receiving_.store(arrivals_.size(), std::memory_order_relaxed);
     return busy;
   }
   [[nodiscard]] bool requests_in_flight() const noexcept { return !arrivals_.empty(); }
-  /// Cancels the header receive kept posted.
-  void retire() { cancel_posted(header_req_); }
+  /// Items whose receives are not complete (any thread; exact once the job's loop ended).
+  [[nodiscard]] std::size_t receiving() const noexcept { return receiving_.load(std::memory_order_relaxed); }
+  /// The end of the job's loop: cancels the header receive kept posted, and
+  /// completes what arrived of a stopped run (arriving_items::retire).
+  void retire() {
+    cancel_posted(header_req_);
+    arrivals_.retire();
+    receiving_.store(0, std::memory_order_relaxed);
+  }
 
  private:
   // With s_.m held: the job stopped or every producer ended (credit_policy.hpp).
@@ -235,6 +244,7 @@ class link_receiver {
   arriving_items<T> arrivals_;
   std::vector<std::byte> header_in_;              // the posted header receive's buffer
   MPI_Request header_req_ = MPI_REQUEST_NULL;     // kept posted (retire() cancels)
+  std::atomic<std::size_t> receiving_{0};         // arrivals_.size(), for stats() on any thread
   bool reported_ = false;                         // a reject failed the job already
   // scratch, kept to allocate nothing per pass
   std::vector<link_frame::item> items_;

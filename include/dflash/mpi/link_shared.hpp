@@ -28,6 +28,7 @@ struct link_stats {
   std::uint64_t max_credit_batch = 0;      ///< most credits returned in one message
   std::uint64_t credit_messages = 0;       ///< credit messages sent (credits / this: the mean batch)
   std::uint64_t rejected = 0;              ///< items that did not fit this rank's wire<T> (job failed)
+  std::uint64_t receiving = 0;             ///< items whose buffers are still being received (now; 0 after finish())
   // producer side
   std::uint64_t sent = 0;                  ///< items handed to MPI
   std::uint64_t queued = 0;                ///< items handed to send(), not yet posted (now)

@@ -212,6 +212,8 @@ class Pipeline {
     else core_.cancel();
   }
   [[nodiscard]] bool cancelled() const noexcept { return core_.cancelled(); }
+  /// stop() was called (drain or cancel): the source may have ended before it was exhausted.
+  [[nodiscard]] bool stop_requested() const noexcept { return stop_requested_.load(std::memory_order_acquire); }
 
   /// The run-time object of link L (0 = between the source and stage 1).
   template <std::size_t L>
