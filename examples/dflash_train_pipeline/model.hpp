@@ -31,14 +31,14 @@
 #include <string_view>
 #include <vector>
 
-#include <dflash/detail/argument_checks.hpp>
+#include <dflash/argument_checks.hpp>
 
 #include "synthetic_data.hpp"
 
 namespace dflash_example {
 
 /// The library's argument checks; messages are "<op>: <what>" (the example's ops name themselves).
-inline constexpr dflash::detail::argument_checks checks{""};
+inline constexpr dflash::argument_checks checks{""};
 
 namespace detail {
 inline std::size_t sz(std::int64_t v) noexcept { return static_cast<std::size_t>(v); }

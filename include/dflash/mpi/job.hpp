@@ -10,7 +10,7 @@
 //
 // The parts, one header each: runtime.hpp (MPI start-up, the communicator),
 // key_agreement.hpp (start()'s collective), control_messages.hpp (STOP,
-// PROFILE, FINAL, BYE), owned_sends.hpp, progress_waker.hpp, channel.hpp
+// PROFILE, FINAL, BYE), owned_sends.hpp, progress_waker.hpp, job_link.hpp
 // (what a link does on the progress thread), job_options.hpp (what start()
 // takes and finish() returns), job_state.hpp (stop, finish, this rank's
 // error), job_links.hpp (the attached links), job_collector.hpp (the
@@ -45,7 +45,7 @@
 #include <utility>
 #include <vector>
 
-#include "dflash/mpi/channel.hpp"
+#include "dflash/mpi/job_link.hpp"
 #include "dflash/mpi/clock_offset.hpp"
 #include "dflash/mpi/job_collector.hpp"
 #include "dflash/mpi/job_links.hpp"
@@ -219,12 +219,12 @@ class job {
     explicit driver_scope(job& j) noexcept : detail::mpi_calls::driver_scope(j.mpi_) {}
   };
   /// The job co-owns every link's MPI state (job_links.hpp).
-  void attach(std::shared_ptr<channel> c) { links_.attach(std::move(c), state_); }
+  void attach(std::shared_ptr<job_link> c) { links_.attach(std::move(c), state_); }
   /// A link's handle is going away. Before start() or after finish() its state
   /// is dropped. While the job runs the job keeps driving it to the end; if
   /// this rank's pipeline had not ended (normally or by a stop), that is an
   /// error that stops every rank (the link's peers would wait for it forever).
-  void release(const channel* c, std::string_view link_name) noexcept {
+  void release(const job_link* c, std::string_view link_name) noexcept {
     if (loop_.started() && !state_.finish_requested()) {
       bool ended = false;
       try {

@@ -1,6 +1,6 @@
 #pragma once
-// The links of a dflash::mpi::job (job.hpp): every attached channel
-// (channel.hpp), the run each belongs to, and the tags they own. The job
+// The links of a dflash::mpi::job (job.hpp): every attached job_link
+// (job_link.hpp), the run each belongs to, and the tags they own. The job
 // co-owns every link's MPI state (a link destroyed before finish() leaves it
 // to the job, which completes its requests).
 
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "dflash/mpi/channel.hpp"
+#include "dflash/mpi/job_link.hpp"
 #include "dflash/mpi/job_state.hpp"
 
 namespace dflash::mpi::detail {
@@ -24,7 +24,7 @@ class link_registry {
   /// otherwise wait for a stop that was already delivered). A link is told
   /// this rank's end (FIN) when the first run() that ends after it was made
   /// ends: build each pipeline after the previous run() returned.
-  void attach(std::shared_ptr<channel> c, const job_state& state) {
+  void attach(std::shared_ptr<job_link> c, const job_state& state) {
     std::lock_guard lk(m_);
     for (const auto& o : channels_)
       if (o.link->tag_base() == c->tag_base())
@@ -35,7 +35,7 @@ class link_registry {
     if (state.stopped()) channels_.back().link->on_stop();
   }
   /// The link goes (its requests are complete, or MPI is about to end).
-  void erase(const channel* c) {
+  void erase(const job_link* c) {
     std::lock_guard lk(m_);
     std::erase_if(channels_, [c](const auto& o) { return o.link.get() == c; });
   }
@@ -47,7 +47,7 @@ class link_registry {
   /// A run() of this rank ended normally.
   void end_run() noexcept { runs_ended_.fetch_add(1, std::memory_order_acq_rel); }
   /// The run link c belongs to has ended normally.
-  [[nodiscard]] bool ended(const channel* c) {
+  [[nodiscard]] bool ended(const job_link* c) {
     std::lock_guard lk(m_);
     bool ended = false;
     for (const auto& o : channels_)
@@ -81,7 +81,7 @@ class link_registry {
     std::lock_guard lk(m_);
     return std::any_of(channels_.begin(), channels_.end(), [](const auto& c) { return c.link->in_flight(); });
   }
-  /// Every link's sends completed (channel::quiescent).
+  /// Every link's sends completed (job_link::quiescent).
   [[nodiscard]] bool quiescent() {
     std::lock_guard lk(m_);
     for (const auto& c : channels_)
@@ -104,7 +104,7 @@ class link_registry {
   // A link and the run it belongs to: it is told this rank's end (FIN) once
   // runs_ended_ passes `run`, the normal ends counted when it was attached.
   struct attached {
-    std::shared_ptr<channel> link;
+    std::shared_ptr<job_link> link;
     std::uint64_t run = 0;
     bool told = false;  // progress thread only
   };

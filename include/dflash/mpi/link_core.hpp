@@ -1,6 +1,6 @@
 #pragma once
 // One rank's end of an mpi_link (mpi_link.hpp), as its process group (the
-// job) sees it: a channel (channel.hpp) that composes the producer side
+// job) sees it: a job_link (job_link.hpp) that composes the producer side
 // (link_sender.hpp), the consumer side (link_receiver.hpp) and the credits it
 // owes (link_credits.hpp) over the state they share (link_shared.hpp).
 //
@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "dflash/mpi/channel.hpp"
+#include "dflash/mpi/job_link.hpp"
 #include "dflash/mpi/link_credits.hpp"
 #include "dflash/mpi/link_frame.hpp"
 #include "dflash/mpi/link_receiver.hpp"
@@ -50,7 +50,7 @@ namespace detail {
 // A link's state and its work on the progress thread. The job co-owns it, so
 // its MPI requests complete even if the mpi_link handle is destroyed first.
 template <WireItem T, fixed_string Name, std::size_t Depth, ProcessGroup G = job>
-class link_core final : public channel {
+class link_core final : public job_link {
  public:
   link_core(G& g, std::vector<int> producers, std::vector<int> consumers)
       : s_(g, std::move(producers), std::move(consumers)),
@@ -89,7 +89,7 @@ class link_core final : public channel {
     return s;
   }
 
-  // ---- channel (with the job's MPI lock: progress thread or a driving stage) --
+  // ---- job_link (with the job's MPI lock: progress thread or a driving stage) --
   int tag_base() const override { return tag_base_; }
 
   void on_stop() override {

@@ -5,8 +5,8 @@
 //
 // The group places the ranks (rank, size, its communicator), owns a link's
 // MPI state once attached (it drives the link on its progress thread, tells
-// it this rank's end of run with channel::finish_sending and a stop with
-// channel::on_stop), stops every rank (fail with a reason, stop_all without),
+// it this rank's end of run with job_link::finish_sending and a stop with
+// job_link::on_stop), stops every rank (fail with a reason, stop_all without),
 // wakes its progress thread for work a stage thread handed over, lets a stage
 // thread make the link's MPI calls itself (drive, under a driver_scope while
 // it waits in a loop), and converts a flow stamp from another rank's clock.
@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "dflash/mpi/channel.hpp"
+#include "dflash/mpi/job_link.hpp"
 
 namespace dflash::mpi {
 
@@ -31,7 +31,7 @@ struct no_work {
 }  // namespace detail
 
 template <class G>
-concept ProcessGroup = requires(G& g, const G& cg, std::shared_ptr<channel> link, const channel* gone,
+concept ProcessGroup = requires(G& g, const G& cg, std::shared_ptr<job_link> link, const job_link* gone,
                                 std::string why, std::int64_t t_ns, int from) {
   { cg.rank() } noexcept -> std::same_as<int>;
   { cg.size() } noexcept -> std::same_as<int>;

@@ -1,13 +1,15 @@
 #pragma once
-// dflash::mpi::channel — what a link does on the job's progress thread. The
-// job drives every attached channel once per pass of its loop and co-owns it,
-// so a link's MPI requests complete even if the link's handle goes first.
+// dflash::mpi::job_link — a link as the job sees it: what it does on the
+// job's progress thread (not a device_channel, the device links' endpoint).
+// The job drives every attached job_link once per pass of its loop and
+// co-owns it, so a link's MPI requests complete even if the link's handle
+// goes first.
 
 namespace dflash::mpi {
 
-class channel {
+class job_link {
  public:
-  virtual ~channel() = default;
+  virtual ~job_link() = default;
   /// Post / complete sends and receives; true if anything happened.
   virtual bool progress() = 0;
   /// The job stopped: wake blocked senders and receivers (they end their stage).
