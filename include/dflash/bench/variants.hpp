@@ -331,9 +331,12 @@ inline std::string result::table() const {
     }
     s += "\n";
   }
-  s += "(rates: median of the rounds; vs baseline: the rate over the baseline's in the same round; a verdict when ";
-  s += std::to_string(rounds_needed(opts.rounds)) + " of the " + std::to_string(opts.rounds) +
-       " rounds agree, a sign test at the 10 % level)\n";
+  s += "(rates: median of the rounds; vs baseline: the rate over the baseline's in the same round; ";
+  if (rounds_needed(opts.rounds) > opts.rounds)
+    s += "no verdict from " + std::to_string(opts.rounds) + " rounds: a sign test at the 10 % level needs 5 or more)\n";
+  else
+    s += "a verdict when " + std::to_string(rounds_needed(opts.rounds)) + " of the " + std::to_string(opts.rounds) +
+         " rounds agree, a sign test at the 10 % level)\n";
   return s;
 }
 

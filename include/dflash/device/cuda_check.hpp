@@ -11,6 +11,8 @@
 // Their rules (a busy query is an answer, never an error; only what was
 // reported is cleared) are in dflash/detail/cuda_check.hpp.
 
+#include <cuda_runtime_api.h>  // (the checks take the runtime's cudaError_t: a TU that includes this links CUDA::cudart)
+
 #include "dflash/detail/cuda_check.hpp"
 
 namespace dflash {
