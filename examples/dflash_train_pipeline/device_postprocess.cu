@@ -92,10 +92,9 @@ class carve {
   std::size_t used = 0;
 };
 
-layout layout_for(const dims& n) {
+/// The results both kinds of step have: hidden states, documents, positions, anchors, the mask's arrays.
+void carve_results(carve& out, const dims& n, layout& l) {
   constexpr std::size_t i32 = sizeof(std::int32_t);
-  layout l{};
-  carve out;
   l.packed = out.take(n.tokens * n.feature * sizeof(float));
   l.doc = out.take(n.tokens * i32);
   l.pos = out.take(n.tokens * i32);
@@ -104,6 +103,13 @@ layout layout_for(const dims& n) {
   l.kv_idx = out.take(n.nidx * i32);
   l.full_num = out.take(n.nq * i32);
   l.full_idx = out.take(n.nidx * i32);
+}
+
+layout layout_for(const dims& n) {
+  constexpr std::size_t i32 = sizeof(std::int32_t);
+  layout l{};
+  carve out;
+  carve_results(out, n, l);
   l.cu = out.take((n.docs + 1) * i32);  // read back for cu[docs], the packed token count
   l.keep = out.take(n.anchors);
   l.out_bytes = out.used;
@@ -133,14 +139,7 @@ layout rows_layout_for(const rows_job& job, dims& n) {
        static_cast<std::size_t>(nqt) * static_cast<std::size_t>(nkt)};
   layout l{};
   carve out;
-  l.packed = out.take(n.tokens * n.feature * sizeof(float));
-  l.doc = out.take(n.tokens * i32);
-  l.pos = out.take(n.tokens * i32);
-  l.anchors = out.take(n.anchors * i32);
-  l.kv_num = out.take(n.nq * i32);
-  l.kv_idx = out.take(n.nidx * i32);
-  l.full_num = out.take(n.nq * i32);
-  l.full_idx = out.take(n.nidx * i32);
+  carve_results(out, n, l);
   l.keep = out.take(n.anchors);
   l.tokens = out.take(n.tokens * i32);
   l.loss_out = out.take(n.tokens);
@@ -429,7 +428,56 @@ struct device_postprocessor::impl {
     if (!st) st = std::make_unique<stream_state>();
     return *st;
   }
+
+  /// A step's results: its layout and a pinned block from the pool.
+  std::unique_ptr<device_result::state> new_result(const layout& l, const dims& n, std::size_t need, std::size_t want) {
+    auto r = std::make_unique<device_result::state>();
+    r->pool = pool;
+    r->l = l;
+    r->n = n;
+    r->block = pool->take(need, want);
+    return r;
+  }
+
+  /// One step on stream s: `enqueue(arena)` enqueues its work into the
+  /// stream's arena (grown to `want` bytes if smaller than the layout), then
+  /// every result is copied into the block, once. Whatever was enqueued is
+  /// waited for before the block is reused or the arena freed, also when a
+  /// call throws.
+  template <class Enqueue>
+  device_result run_step(std::unique_ptr<device_result::state> result, cudaStream_t s, std::size_t want,
+                         Enqueue&& enqueue) {
+    stream_state& st = state(s);
+    const layout& l = result->l;
+    // A recycled stream handle must not overtake the previous owner's last step.
+    check(cudaStreamWaitEvent(s, st.done, 0), "device_postprocess: cudaStreamWaitEvent");
+    try {
+      if (l.total > st.arena_cap) st.ensure_arena(l.total, std::max(want, l.total), s);
+      enqueue(st.arena);
+      // Every result -> the block, one copy; the block is free again once it completed.
+      check(cudaMemcpyAsync(result->block.p, st.arena, l.out_bytes, cudaMemcpyDeviceToHost, s),
+            "device_postprocess: copy back");
+      check(cudaEventRecord(result->block.done, s), "device_postprocess: cudaEventRecord");
+    } catch (...) {
+      (void)cudaEventRecord(result->block.done, s);
+      (void)cudaEventRecord(st.done, s);
+      throw;
+    }
+    check(cudaEventRecord(st.done, s), "device_postprocess: cudaEventRecord");
+    return device_result(std::move(result));
+  }
 };
+
+namespace {
+/// The block mask into the arena (build_block_mask writes every index entry:
+/// unused ones as 0, as the host form has them).
+void build_mask(const dflash::ops::block_mask_params& p, dflash::ops::tile_shape t, std::byte* a, const layout& l,
+                const std::int32_t* pos, const std::int32_t* anchors, const std::uint8_t* keep, cudaStream_t s) {
+  const dflash::ops::block_sparse_view mask{at<std::int32_t>(a, l.kv_num), at<std::int32_t>(a, l.kv_idx),
+                                            at<std::int32_t>(a, l.full_num), at<std::int32_t>(a, l.full_idx)};
+  gpu::build_block_mask(p, t, pos, anchors, keep, mask, s);
+}
+}  // namespace
 
 std::string device_postprocessor::probe() {
   int n = 0;
@@ -456,33 +504,22 @@ device_result device_postprocessor::enqueue(const device_job& job, void* stream)
   validate(job);
   const dims n = dims_for(job, job.tokens);
   const layout l = layout_for(n);
-  stream_state& st = d.state(s);
   // Buffers are sized for the largest step these shapes allow (all of
   // docs * seq packed), so varying token counts do not reallocate.
   const std::int64_t most = std::min<std::int64_t>(std::int64_t{job.docs} * job.seq, dflash::ops::anchor_max_seq);
   const layout big = layout_for(dims_for(job, static_cast<std::int32_t>(std::max<std::int64_t>(most, job.tokens))));
 
-  auto result = std::make_unique<device_result::state>();
-  result->pool = d.pool;
-  result->l = l;
-  result->n = n;
+  auto result = d.new_result(l, n, block_bytes(l), std::max(block_bytes(big), block_bytes(l)));
   result->expected_tokens = job.tokens;
-  result->block = d.pool->take(block_bytes(l), std::max(block_bytes(big), block_bytes(l)));
-  std::byte* const pin = result->block.p;
 
   // 1. Inputs, written by this thread into the step's own block (no copy reads
   //    it yet): seq_lens = {tokens}, lengths, the packed loss mask.
-  std::byte* const in = pin + inputs_at(l);
+  std::byte* const in = result->block.p + inputs_at(l);
   std::memcpy(in + l.seq_len, &job.tokens, sizeof(std::int32_t));
   if (n.docs) std::memcpy(in + l.lengths, job.lengths.data(), n.docs * sizeof(std::int32_t));
   if (n.tokens) std::memcpy(in + l.loss, job.loss_mask.data(), n.tokens);
 
-  // A recycled stream handle must not overtake the previous owner's last step.
-  check(cudaStreamWaitEvent(s, st.done, 0), "device_postprocess: cudaStreamWaitEvent");
-  try {
-    if (l.total > st.arena_cap) st.ensure_arena(l.total, std::max(big.total, l.total), s);
-    std::byte* const a = st.arena;
-
+  return d.run_step(std::move(result), s, std::max(big.total, l.total), [&](std::byte* a) {
     // 2. One upload of the inputs.
     check(cudaMemcpyAsync(a + l.in, in, l.in_bytes, cudaMemcpyHostToDevice, s), "device_postprocess: upload");
     const auto* lengths = at<const std::int32_t>(a, l.in + l.lengths);
@@ -500,23 +537,8 @@ device_result device_postprocessor::enqueue(const device_job& job, void* stream)
                             at<float>(a, l.packed), s);
     gpu::select_anchors(job.anchors, 1, job.tokens, at<const std::int32_t>(a, l.in + l.seq_len),
                         at<const std::uint8_t>(a, l.in + l.loss), doc, anchors, keep, temp, l.temp_bytes, s);
-    // build_block_mask writes every index entry (unused ones as 0, as the host form has them).
-    const dflash::ops::block_sparse_view mask{at<std::int32_t>(a, l.kv_num), at<std::int32_t>(a, l.kv_idx),
-                                              at<std::int32_t>(a, l.full_num), at<std::int32_t>(a, l.full_idx)};
-    gpu::build_block_mask(job.mask, job.tile, pos, anchors, keep, mask, s);
-
-    // 4. Every result -> the block, one copy; the block is free again once it completed.
-    check(cudaMemcpyAsync(pin, a, l.out_bytes, cudaMemcpyDeviceToHost, s), "device_postprocess: copy back");
-    check(cudaEventRecord(result->block.done, s), "device_postprocess: cudaEventRecord");
-  } catch (...) {
-    // Whatever was enqueued: the pool does not reuse the block, nor the
-    // destructor free the arena, before it has run.
-    (void)cudaEventRecord(result->block.done, s);
-    (void)cudaEventRecord(st.done, s);
-    throw;
-  }
-  check(cudaEventRecord(st.done, s), "device_postprocess: cudaEventRecord");
-  return device_result(std::move(result));
+    build_mask(job.mask, job.tile, a, l, pos, anchors, keep, s);
+  });
 }
 
 device_result device_postprocessor::enqueue_rows(const rows_job& job, void* stream) {
@@ -534,20 +556,9 @@ device_result device_postprocessor::enqueue_rows(const rows_job& job, void* stre
   require(job.anchors.num_anchors == job.mask.num_blocks, "anchors.num_anchors != mask.num_blocks");
   dims n{};
   const layout l = rows_layout_for(job, n);  // one shape per run: buffers are reused as they are
-  stream_state& st = d.state(s);
-
-  auto result = std::make_unique<device_result::state>();
-  result->pool = d.pool;
-  result->l = l;
-  result->n = n;
+  auto result = d.new_result(l, n, block_bytes(l), block_bytes(l));
   result->rows = true;
-  result->block = d.pool->take(block_bytes(l), block_bytes(l));
-  std::byte* const pin = result->block.p;
-
-  check(cudaStreamWaitEvent(s, st.done, 0), "device_postprocess: cudaStreamWaitEvent");
-  try {
-    if (l.total > st.arena_cap) st.ensure_arena(l.total, l.total, s);
-    std::byte* const a = st.arena;
+  return d.run_step(std::move(result), s, l.total, [&](std::byte* a) {
     const std::int32_t S = job.seq_len, F = job.feature;
     auto* doc = at<std::int32_t>(a, l.doc);
     auto* pos = at<std::int32_t>(a, l.pos);
@@ -576,20 +587,8 @@ device_result device_postprocessor::enqueue_rows(const rows_job& job, void* stre
     gpu::detail::check_launch("device_postprocess: doc ids");
     // 3. Anchors among the counted tokens, the block mask.
     gpu::select_anchors(job.anchors, 1, S, count, loss, doc, anchors, keep, temp, l.temp_bytes, s);
-    const dflash::ops::block_sparse_view mask{at<std::int32_t>(a, l.kv_num), at<std::int32_t>(a, l.kv_idx),
-                                              at<std::int32_t>(a, l.full_num), at<std::int32_t>(a, l.full_idx)};
-    gpu::build_block_mask(job.mask, job.tile, pos, anchors, keep, mask, s);
-
-    // 4. Every result -> the block, one copy.
-    check(cudaMemcpyAsync(pin, a, l.out_bytes, cudaMemcpyDeviceToHost, s), "device_postprocess: copy back");
-    check(cudaEventRecord(result->block.done, s), "device_postprocess: cudaEventRecord");
-  } catch (...) {
-    (void)cudaEventRecord(result->block.done, s);
-    (void)cudaEventRecord(st.done, s);
-    throw;
-  }
-  check(cudaEventRecord(st.done, s), "device_postprocess: cudaEventRecord");
-  return device_result(std::move(result));
+    build_mask(job.mask, job.tile, a, l, pos, anchors, keep, s);
+  });
 }
 
 }  // namespace dflash_example

@@ -126,8 +126,14 @@ struct postprocess {
       auto t = prof->scope("copy"_key);  // stands for the device -> pinned host copy
       std::memcpy(out.hidden.data(), staging.data(), out.hidden.size() * sizeof(float));
     }
-    const std::int32_t seq_lens[1] = {S};
-    dflash::ops::select_anchors(ap, 1, S, std::span<const std::int32_t>(seq_lens),
+    anchors_and_mask(out, S, mp, ap);
+  }
+
+  // Anchors among the first `tokens` of the item's S, the block mask, the drafter's form of it.
+  void anchors_and_mask(HsItem& out, std::int32_t tokens, const dflash::ops::block_mask_params& mp,
+                        const dflash::ops::anchor_params& ap) const {
+    const std::int32_t seq_lens[1] = {tokens};
+    dflash::ops::select_anchors(ap, 1, mp.context_len, std::span<const std::int32_t>(seq_lens),
                                 std::span<const std::uint8_t>(out.loss_mask), std::span<const std::int32_t>(out.doc_ids),
                                 std::span(out.anchors), std::span(out.keep), prof);
     out.mask = dflash::ops::build_block_mask(mp, tile, dflash::ops::packed_docs{out.doc_ids, out.pos},
@@ -161,14 +167,7 @@ struct postprocess {
     if (n < S) docs.push_back(S - n);
     dflash::ops::doc_ids(std::span<const std::int32_t>(docs), std::span(out.doc_ids), std::span(out.pos), prof);
     if (dflash::ops::should_drop_sample(out.loss_mask, setup->opts.block_size)) return drop(out);
-    const std::int32_t seq_lens[1] = {n};  // anchors only among the batch's tokens
-    dflash::ops::select_anchors(ap, 1, S, std::span<const std::int32_t>(seq_lens),
-                                std::span<const std::uint8_t>(out.loss_mask), std::span<const std::int32_t>(out.doc_ids),
-                                std::span(out.anchors), std::span(out.keep), prof);
-    out.mask = dflash::ops::build_block_mask(mp, tile, dflash::ops::packed_docs{out.doc_ids, out.pos},
-                                             std::span<const std::int32_t>(out.anchors),
-                                             std::span<const std::uint8_t>(out.keep), prof);
-    finish(out);
+    anchors_and_mask(out, n, mp, ap);  // anchors only among the batch's tokens
   }
 
   /// A batch with too few loss tokens: what both backends keep of it (the

@@ -261,6 +261,16 @@ struct target_forward_gpu::impl {
   std::vector<std::unique_ptr<worker_state>> workers;
 
   void check_step(const target_forward_plan& plan) const;
+  /// Worker w's state with its plan for this step, checked (check_step).
+  worker_state& planned(std::size_t w, std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
+                        std::int32_t seq) {
+    require(w < workers.size(),
+            "worker " + std::to_string(w) + " out of range (" + std::to_string(workers.size()) + " workers)");
+    worker_state& st = *workers[w];
+    plan_target_forward(st.plan, tokens, lengths, seq, vocab);
+    check_step(st.plan);
+    return st;
+  }
   void run_forward(worker_state& st, const target_forward_plan& plan, std::span<const std::int32_t> loss, float* out,
                    std::size_t zero_elems, void* stream,
                    const std::function<void(const std::int32_t* ints, cudaStream_t)>& after);
@@ -488,11 +498,7 @@ std::size_t target_forward_gpu::workers() const noexcept { return impl_->workers
 void target_forward_gpu::enqueue(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
                                  std::int32_t seq, float* out, std::size_t out_elems, void* stream, std::size_t worker) {
   impl& d = *impl_;
-  require(worker < d.workers.size(),
-          "worker " + std::to_string(worker) + " out of range (" + std::to_string(d.workers.size()) + " workers)");
-  worker_state& st = *d.workers[worker];
-  plan_target_forward(st.plan, tokens, lengths, seq, d.vocab);
-  d.check_step(st.plan);
+  worker_state& st = d.planned(worker, tokens, lengths, seq);
   const std::size_t want = st.plan.padded_rows() * static_cast<std::size_t>(d.feature);
   require(out_elems == want, "out has " + std::to_string(out_elems) + " floats, expected docs * seq * feature = " +
                                  std::to_string(want));
@@ -504,11 +510,7 @@ void target_forward_gpu::enqueue_rows(std::span<const std::int32_t> tokens, std:
                                       std::span<const std::uint8_t> loss_mask, std::int32_t seq, std::int64_t doc_base,
                                       const dflash::row_pusher<hs_token, float>& out, void* stream, std::size_t worker) {
   impl& d = *impl_;
-  require(worker < d.workers.size(),
-          "worker " + std::to_string(worker) + " out of range (" + std::to_string(d.workers.size()) + " workers)");
-  worker_state& st = *d.workers[worker];
-  plan_target_forward(st.plan, tokens, lengths, seq, d.vocab);
-  d.check_step(st.plan);
+  worker_state& st = d.planned(worker, tokens, lengths, seq);
   target_forward_plan& plan = st.plan;
   require(loss_mask.size() == tokens.size(), "loss_mask has " + std::to_string(loss_mask.size()) +
                                                  " entries, tokens " + std::to_string(tokens.size()));
