@@ -450,3 +450,52 @@ TEST_CASE("device_channel: a CUDA call that throws in acquire, publish, pop or r
     b.destroy_stream(sc);
   }
 }
+
+// A failed call's slot goes back, but never while work still touches it: the
+// next producer (on another stream) must start after that work, or it would
+// overwrite what the reader reads, or be overwritten by the first producer.
+TEST_CASE("device_channel: a slot given back after a failed release or pop waits for the work still on it",
+          "[device][channel]") {
+  watchdog wd("channel give-back after a failed call");
+  using FS = dflash::device_stream<flaky_backend>;
+  for (const bool failed_release : {true, false}) {
+    CAPTURE(failed_release);
+    flaky_backend b;
+    auto sp = b.create_stream(), sp2 = b.create_stream(), sc = b.create_stream();
+    const FS p(b, sp), p2(b, sp2), c(b, sc);
+    std::atomic<int> cell{0}, seen{-1};
+    {
+      dflash::device_channel<flaky_item> ch(b, 1);
+      auto r = ch.acquire(p);
+      REQUIRE(r);
+      p.enqueue([&, failed_release] {
+        if (!failed_release) std::this_thread::sleep_for(50ms);  // the first producer is slow
+        cell = 1;
+      });
+      REQUIRE(ch.publish(std::move(*r), p));
+      if (failed_release) {
+        auto q = ch.pop(c);
+        REQUIRE(q);
+        c.enqueue([&] {  // the reader is slow
+          std::this_thread::sleep_for(50ms);
+          seen = cell.load();
+        });
+        b.record_fails_in = 1;
+        CHECK_THROWS_WITH(ch.release(std::move(*q), c), Catch::Contains("injected"));
+      } else {
+        b.wait_fails_in = 1;
+        CHECK_THROWS_WITH(ch.pop(c), Catch::Contains("injected"));
+      }
+      auto again = ch.acquire(p2);  // the one slot, on another stream
+      REQUIRE(again);
+      p2.enqueue([&] { cell = 2; });
+      ch.abandon(std::move(*again), p2);
+      b.synchronize(sp);
+      b.synchronize(sp2);
+      b.synchronize(sc);
+    }
+    if (failed_release) CHECK(seen.load() == 1);  // the reader saw what it was handed
+    CHECK(cell.load() == 2);                      // the second producer's write came last
+    for (auto s : {sp, sp2, sc}) b.destroy_stream(s);
+  }
+}

@@ -211,7 +211,11 @@ class device_channel {
       if (from == s.device() || reachable(s.device(), from)) return slot_ref(&sl, *i, &sl.item);
       return slot_ref(&sl, *i, &mirror(sl, from, s));
     } catch (...) {
-      give_back(*i, s);  // the item is dropped, the slot goes back; the consumer reports the error
+      // The item is dropped and the slot goes back; the consumer reports the
+      // error. s may not have waited for the producer's work, so the slot's
+      // next marker on s would not cover it: the host waits for it first.
+      quiet_wait(sl.ev[static_cast<std::size_t>(sl.ready_at)].ready);
+      give_back(*i, s);
       throw;
     }
   }
@@ -245,9 +249,11 @@ class device_channel {
   // last used it: whoever acquires it next waits for that work, whatever
   // stream it runs on. A blocking push for the reason publish() gives; it
   // fails only after cancel(), when no one acquires again.
-  // If s cannot take the marker (its device failed), the slot still goes back
-  // with the marker it had, and the error is thrown: a failed call costs one
-  // error, never a slot that every later acquire would wait for in vain.
+  // If s cannot take the marker (its device failed), the host waits for s's
+  // work instead, then the slot goes back with the marker it had, and the
+  // error is thrown: a failed call costs one error and one host wait, never a
+  // slot that every later acquire would wait for in vain, nor one handed on
+  // while work on s still reads it.
   void recycle(std::size_t i, const stream_type& s) {
     slot& sl = slots_[i];
     try {
@@ -255,10 +261,17 @@ class device_channel {
       b_.record(sl.ev[e].consumed, s.native());
       sl.consumed_at = static_cast<int>(e);
     } catch (...) {
+      quiet_synchronize(s);
       (void)free_.push(i);
       throw;
     }
     (void)free_.push(i);
+  }
+  void quiet_synchronize(const stream_type& s) noexcept {
+    try {
+      b_.synchronize(s.native());
+    } catch (...) {  // as quiet_wait's
+    }
   }
   // recycle() on a path that is already throwing: the first error is the one reported.
   void give_back(std::size_t i, const stream_type& s) noexcept {
