@@ -192,9 +192,7 @@ class row_queue {
     for (auto* list : {&producers_, &consumers_})
       for (auto& r : *list) {
         if (r->st != state::idle) quiet_wait(r->ev);
-        b_.destroy_event(r->ev);
-        b_.deallocate(r->device, setup_);
-        b_.deallocate_host(r->pinned);
+        free_record(*r);
       }
     free_storage();
   }
@@ -415,12 +413,17 @@ class row_queue {
     }
     auto r = std::make_unique<record>();
     r->index = list.size();
-    r->ev = b_.create_event(false);
-    r->device = b_.allocate(bytes, setup_);
-    r->pinned = b_.allocate_host(bytes);
-    // The allocation is ordered on the setup stream; the calls' streams use it
-    // next, so the setup stream's work is done first (rare: pools grow to the peak).
-    b_.synchronize(setup_);
+    try {
+      r->ev = b_.create_event(false);
+      r->device = b_.allocate(bytes, setup_);
+      r->pinned = b_.allocate_host(bytes);
+      // The allocation is ordered on the setup stream; the calls' streams use it
+      // next, so the setup stream's work is done first (rare: pools grow to the peak).
+      b_.synchronize(setup_);
+    } catch (...) {  // a failed call gives back what the earlier ones made
+      free_record(*r);
+      throw;
+    }
     list.push_back(std::move(r));
     return list.back().get();
   }
@@ -506,6 +509,16 @@ class row_queue {
     r->st = state::idle;
     free_producers_.push_back(r);
     cv_.notify_all();
+  }
+  // A record's event and memory, whichever exist; a failing free loses only
+  // what it could not free (the device's error was reported where it happened).
+  void free_record(record& r) noexcept {
+    if (r.ev != event{}) b_.destroy_event(r.ev);
+    try {
+      b_.deallocate(r.device, setup_);
+    } catch (...) {
+    }
+    b_.deallocate_host(r.pinned);
   }
   void quiet_wait(event e) noexcept {
     try {
