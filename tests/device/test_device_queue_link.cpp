@@ -4,10 +4,8 @@
 // polls. Work runs later on the streams' threads, so a missing wait or a
 // capacity returned too early is a wrong result here and a data race under TSan.
 //
-// The [stress] family draws scenarios from (seed, index):
-//   DFLASH_STRESS_SEED=<n>     seed (default: from the clock; printed first)
-//   DFLASH_STRESS_INDEX=<i>    replay one scenario of that seed only
-//   DFLASH_STRESS_SECONDS=<s>  time budget for new scenarios (default 3)
+// The [stress] family draws scenarios from (seed, index): DFLASH_STRESS_SEED /
+// _INDEX / _SECONDS, see stress_sweep.hpp.
 #include <catch2/catch.hpp>
 #include <dflash/analysis.hpp>
 #include <dflash/device/host_stream_backend.hpp>
@@ -16,6 +14,7 @@
 #include <dflash/profile.hpp>
 
 #include "numbers_source.hpp"
+#include "stress_sweep.hpp"
 #include "watchdog.hpp"
 
 #include <algorithm>
@@ -466,11 +465,6 @@ TEST_CASE("device_queue_link: the profiled table has its waits; the what-if refu
 
 // ---- randomized stress ---------------------------------------------------------------
 namespace {
-std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
-}
-
 template <class Fill, class Elem>
 std::string stress_one(std::uint64_t seed, std::uint64_t index, std::mt19937_64& r) {
   constexpr bool full = std::is_same_v<Fill, dflash::full_batches>;
@@ -552,26 +546,12 @@ std::string stress_one(std::uint64_t seed, std::uint64_t index, std::mt19937_64&
 }  // namespace
 
 TEST_CASE("device_queue_link stress: 0 lost, 0 duplicated, 0 hangs", "[device][rows][stress]") {
-  const std::uint64_t seed =
-      env_u64("DFLASH_STRESS_SEED", static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  const char* only = std::getenv("DFLASH_STRESS_INDEX");
-  const auto budget = std::chrono::seconds(env_u64("DFLASH_STRESS_SECONDS", 3));
-  std::printf("device_queue_link: DFLASH_STRESS_SEED=%llu\n", static_cast<unsigned long long>(seed));
-  const auto t0 = std::chrono::steady_clock::now();
-  std::uint64_t i = only && *only ? std::strtoull(only, nullptr, 10) : 0, n = 0;
-  for (;; ++i, ++n) {
-    if (only && *only ? n == 1 : std::chrono::steady_clock::now() - t0 >= budget) break;
+  dflash_test::sweep("device_queue_link", [](std::uint64_t seed, std::uint64_t i) {
     std::mt19937_64 r(seed * 0x9E3779B97F4A7C15ull + i);
     const int kind = std::uniform_int_distribution<int>(0, 3)(r);  // fill x payload
-    const std::string err = kind == 0   ? stress_one<dflash::partial_batches, void>(seed, i, r)
-                            : kind == 1 ? stress_one<dflash::full_batches, void>(seed, i, r)
-                            : kind == 2 ? stress_one<dflash::partial_batches, float>(seed, i, r)
-                                        : stress_one<dflash::full_batches, float>(seed, i, r);
-    if (!err.empty()) {
-      FAIL_CHECK(err);
-      return;
-    }
-  }
-  std::printf("device_queue_link: %llu scenarios passed\n", static_cast<unsigned long long>(n));
-  CHECK(n > 0);
+    return kind == 0   ? stress_one<dflash::partial_batches, void>(seed, i, r)
+           : kind == 1 ? stress_one<dflash::full_batches, void>(seed, i, r)
+           : kind == 2 ? stress_one<dflash::partial_batches, float>(seed, i, r)
+                       : stress_one<dflash::full_batches, float>(seed, i, r);
+  });
 }

@@ -11,14 +11,13 @@
 // or was stopped on purpose — never a normal end with items missing, never a
 // hang (a watchdog per scenario prints the replay line and every stack).
 //
-//   DFLASH_STRESS_SEED=<n>     seed (default: from the clock; printed first)
-//   DFLASH_STRESS_INDEX=<i>    replay one scenario of that seed only
-//   DFLASH_STRESS_SECONDS=<s>  time budget for new scenarios (default 3)
+//   DFLASH_STRESS_SEED / _INDEX / _SECONDS: see stress_sweep.hpp.
 #include <catch2/catch.hpp>
 #include <dflash/device/host_stream_backend.hpp>
 #include <dflash/pipeline.hpp>
 #include <dflash/profile.hpp>
 
+#include "stress_sweep.hpp"
 #include "watchdog.hpp"
 
 #include <algorithm>
@@ -97,7 +96,7 @@ scenario draw(std::uint64_t seed, std::uint64_t index, bool device) {
   s.delay_us = pick(0, 3000);
   s.slow_every = pick(0, 1) ? pick(1, 9) : 0;
   s.slow_us = pick(0, 300);
-  s.devices = pick(1, 3);
+  s.devices = pick(1, 4);
   s.peers = pick(0, 1) == 1;
   s.placement = r();
   return s;
@@ -116,6 +115,8 @@ struct observed {
   std::atomic<int> out_of_order{0};
   std::atomic<int> overlapped{0};  // calls that found their worker index already in a call
   std::atomic<int> index_reordered{0};  // a worker index got a source worker's older item after a newer one
+  std::atomic<int> copies{0};           // slots the link copied to their consumer's device
+  std::atomic<int> wrong_copies{0};     // copied where the consumer could reach the slot, or not where it could not
   int last = -1;
 };
 
@@ -130,10 +131,14 @@ int pattern(int x, std::size_t i) { return x * 7919 + static_cast<int>(i); }
 
 struct dslot : dflash::device_item<B> {
   int value = -1;
+  int made_on = -1;     // the device of the stream that filled it
+  bool copied = false;  // a mirror: the link copied the slot to the consumer's device
   dflash::device_buffer<int, B> data;
   // The consumer is on another device without peer access: the link copies the slot.
   void mirror_from(const dslot& src, const DS& ds) {
     value = src.value;
+    made_on = src.made_on;
+    copied = true;
     data.copy_from(src.data, ds);
   }
 };
@@ -178,6 +183,8 @@ struct d_fill {
   void operator()(int&& x, dslot& out, const DS& ds) const {
     if (s->f == fault::throw_in_call && x == s->fault_at) throw fault_error("fill failed at " + std::to_string(x));
     out.value = x;
+    out.made_on = ds.device();
+    out.copied = false;
     write_item(ds, out.data.ensure(words, ds), x, *s);
   }
 };
@@ -185,7 +192,14 @@ struct d_verify {
   static constexpr dflash::fixed_string name{"verify"};
   using input_type = dslot;
   using output_type = checked;
+  const scenario* s = nullptr;  // placed: count the link's copies against what the devices need
+  observed* o = nullptr;
   checked operator()(dslot& in, const DS& ds) const {
+    if (o) {
+      const bool needed = in.made_on != ds.device() && !s->peers;
+      o->copies.fetch_add(in.copied ? 1 : 0);
+      if (in.copied != needed) o->wrong_copies.fetch_add(1);
+    }
     checked c{in.value, std::make_unique<std::atomic<int>>(-1)};
     const int* d = in.data.data();
     const int x = in.value;
@@ -425,33 +439,7 @@ std::string judge(const scenario& s, observed& o, const outcome& r, bool ordered
   return {};
 }
 
-std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
-}
-
-// Runs scenarios of one family until the budget is spent (or the one asked for).
-template <class Run>
-void sweep(const char* family, Run&& one) {
-  const std::uint64_t seed =
-      env_u64("DFLASH_STRESS_SEED", static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  const char* only = std::getenv("DFLASH_STRESS_INDEX");
-  const auto budget = std::chrono::seconds(env_u64("DFLASH_STRESS_SECONDS", 3));
-  std::printf("%s: DFLASH_STRESS_SEED=%llu\n", family, static_cast<unsigned long long>(seed));
-  const auto t0 = std::chrono::steady_clock::now();
-  std::uint64_t i = only && *only ? std::strtoull(only, nullptr, 10) : 0, n = 0;
-  for (;; ++i, ++n) {
-    if (only && *only ? n == 1 : std::chrono::steady_clock::now() - t0 >= budget) break;
-    const std::string err = one(seed, i);
-    if (!err.empty()) {
-      FAIL_CHECK(family << ": " << err << "\n  replay: " << seed << "/" << i << " (DFLASH_STRESS_SEED=" << seed
-                        << " DFLASH_STRESS_INDEX=" << i << ")");
-      return;
-    }
-  }
-  std::printf("%s: %llu scenarios passed\n", family, static_cast<unsigned long long>(n));
-  CHECK(n > 0);
-}
+using dflash_test::sweep;
 
 std::string describe(const scenario& s) {
   char buf[256];
@@ -614,16 +602,25 @@ TEST_CASE("stress: device links on the host twin deliver every item once, or the
   }, unordered);
 }
 
-TEST_CASE("stress: device links placed over 1-3 simulated devices, with and without peer access",
+// Placed over several simulated devices: every item once, and the link copies
+// a slot exactly when its consumer cannot reach the producer's device.
+template <class Pipe>
+std::unique_ptr<Pipe> placed(const scenario& s, observed& o, std::atomic<int>& next) {
+  auto shape = device_shape<Pipe>(s);
+  shape.devices[1] = place(s, s.w_mid, 0);
+  shape.devices[2] = place(s, s.w_last, 17);
+  auto p = std::make_unique<Pipe>(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{&s, &o}, d_sink{&s, &o});
+  p->backend().simulate(s.devices, s.peers ? dflash::peer_access::all : dflash::peer_access::none);
+  return p;
+}
+constexpr auto copies_as_needed = [](const scenario&, const observed& o) {
+  if (o.wrong_copies.load() == 0) return std::string();
+  return std::to_string(o.wrong_copies.load()) + " of the items reached their consumer copied when it could reach them, "
+         "or not copied when it could not (" + std::to_string(o.copies.load()) + " copies)";
+};
+TEST_CASE("stress: device links placed over 1-4 simulated devices, with and without peer access",
           "[stress][device][placement]") {
-  stress("placed device links", true, [](const scenario& s, observed& o, std::atomic<int>& next) {
-    auto shape = device_shape<device_pipe>(s);
-    shape.devices[1] = place(s, s.w_mid, 0);
-    shape.devices[2] = place(s, s.w_last, 17);
-    auto p = std::make_unique<device_pipe>(shape, d_source{&s, &o, &next}, d_fill{&s}, d_verify{}, d_sink{&s, &o});
-    p->backend().simulate(s.devices, s.peers ? dflash::peer_access::all : dflash::peer_access::none);
-    return p;
-  }, unordered);
+  stress("placed device links", true, placed<device_pipe>, unordered, copies_as_needed);
 }
 
 // Stamps must survive every path an item takes, faults and stops included:
