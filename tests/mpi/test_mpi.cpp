@@ -1209,7 +1209,7 @@ int throw_before_start(int argc, char** argv) {
 // when moved among them), counts and sizes
 // (0 included; many small items, batched several to a message), producer
 // pauses and consumer delays, and at most one fault: a stage throwing on a random rank, a rank
-// leaving before start(), an exception leaving a running job's scope (the
+// leaving before start(), one failing between start() and building its link, an exception leaving a running job's scope (the
 // profiler declared before or after the job), a consumer whose wire<T>
 // layout does not match the producers'. Checked: every item arrives exactly
 // once, or the job reports an error on every rank that finished, rank 0
@@ -1222,7 +1222,7 @@ struct scenario {
   int index = 0;
   std::vector<int> producers, consumers;
   int items = 0;  // per producer
-  enum kind { none, stage_throw, before_start, unwind, layout } fault = none;
+  enum kind { none, stage_throw, before_start, unwind, layout, before_build } fault = none;
   int fault_rank = -1;
   int throw_at = -1;
   bool prof_first = false;
@@ -1233,7 +1233,7 @@ struct scenario {
   int pause_every = 0, pause_us = 0;  // producers
 };
 const char* kind_name(scenario::kind k) {
-  static const char* n[] = {"none", "stage_throw", "before_start", "unwind", "layout"};
+  static const char* n[] = {"none", "stage_throw", "before_start", "unwind", "layout", "before_build"};
   return n[k];
 }
 
@@ -1266,7 +1266,7 @@ scenario make_scenario(std::uint64_t seed, int index, int n) {
     sc.pause_us = static_cast<int>(next(300));
   }
   const int total = sc.items * static_cast<int>(sc.producers.size());
-  switch (next(6)) {
+  switch (next(7)) {
     case 0: case 1: break;  // no fault
     case 2:
       if (total == 0) break;
@@ -1289,6 +1289,10 @@ scenario make_scenario(std::uint64_t seed, int index, int n) {
       if (sc.items_of != scenario::blob_items) break;
       sc.fault = scenario::layout;
       sc.fault_rank = sc.consumers[next(sc.consumers.size())];
+      break;
+    case 6:
+      sc.fault = scenario::before_build;
+      sc.fault_rank = static_cast<int>(next(static_cast<std::uint64_t>(n)));
       break;
   }
   return sc;
@@ -1342,6 +1346,14 @@ void scenario_rank(const scenario& sc, outcome& o) {
     o.error = e.what();
     return;
   }
+  if (sc.fault == scenario::before_build && faulty) {  // fails after start(), before its link and pipeline exist
+    job.fail("rank failed before building its pipeline");
+    const auto res = job.finish();
+    o.status = res.ok ? 0 : 1;
+    o.error = res.error;
+    if (left_unmatched(job, 200)) o.status = 4;
+    return;
+  }
   link_t<T> link(job, sc.producers, sc.consumers);
   run_config cfg{sc.items, -1, 0, 0, sc.pause_every, sc.pause_us}, ccfg{-1, -1, sc.slow_every, 0, 0, 0};
   if (sc.fault == scenario::stage_throw && faulty) (link.is_producer() ? cfg : ccfg).throw_at = sc.throw_at;
@@ -1393,6 +1405,11 @@ std::string judge(const scenario& sc, const std::vector<int>& status, const std:
       for (int r = 0; r < n; ++r)
         if (status[static_cast<std::size_t>(r)] != (r == sc.fault_rank ? 2 : 3)) return "start() did not fail on rank " + std::to_string(r);
       return seen.empty() ? "" : "items moved in a job that never started";
+    case scenario::before_build:
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] != 1) return "rank " + std::to_string(r) + " did not see the job fail";
+      if (sc.fault_rank != 0 && error0.find(names) == std::string::npos) return "rank 0 does not name the rank: " + error0;
+      return "";
     case scenario::unwind:
       for (int r = 0; r < n; ++r)
         if (status[static_cast<std::size_t>(r)] != (r == sc.fault_rank ? 2 : 1)) return "rank " + std::to_string(r) + " did not see the job fail";
