@@ -83,6 +83,22 @@ constexpr bool fifo_stage() noexcept {
   return !Core::topo::template in_order_at<I>;
 }
 
+// What runs under a seat (a helped stage's, a pulled source's): an error or
+// pipeline_stop ends the run before the seat goes, so no other thread calls
+// the stage once a call there threw (its own, or that of a stage it helped).
+template <class Core, class F>
+decltype(auto) end_run_on_throw(Core& c, F&& f) {
+  try {
+    return f();
+  } catch (const pipeline_stop&) {
+    c.cancel();
+    throw;
+  } catch (...) {
+    c.fail(std::current_exception());
+    throw;
+  }
+}
+
 // Stage I's call on x with worker index `w`, then the hand-on of its result
 // (an in_order stage: through its reorder buffer). `hold` is the seat of w
 // (null: the stage has none). With several seats it is released right after
@@ -116,8 +132,11 @@ bool call_and_hand_on(Core& c, std::size_t w, typename Core::template stage_type
       return true;
     }
   };
-  if constexpr (T::template in_order_at<I>) return c.template deliver_in_order<I>(std::move(x), tag, process);
-  else return process(std::move(x), tag);
+  const auto deliver = [&] {
+    if constexpr (T::template in_order_at<I>) return c.template deliver_in_order<I>(std::move(x), tag, process);
+    else return process(std::move(x), tag);
+  };
+  return hold != nullptr ? end_run_on_throw(c, deliver) : deliver();
 }
 
 // After a push that leaves link I at least half full (a link deeper than two
@@ -175,22 +194,6 @@ bool hand_on(Core& c, typename Core::template stage_type<I>::output_type&& y, co
   return true;
 }
 
-// What runs under a pulled source's seat: an error or pipeline_stop ends the
-// run before the seat goes, so no other thread calls the source once a call
-// there threw (the source's, or that of a stage its own thread helped).
-template <class Core, class F>
-decltype(auto) guarded_source_call(Core& c, F&& f) {
-  try {
-    return f();
-  } catch (const pipeline_stop&) {
-    c.cancel();
-    throw;
-  } catch (...) {
-    c.fail(std::current_exception());
-    throw;
-  }
-}
-
 enum class pulled { went_on, wait, stop };
 
 // Thread w of stage I = 1, fed by a pulled source: the next item from link 0
@@ -244,7 +247,7 @@ pulled pull_or_pop(Core& c, std::size_t w, source_pull& pull) {
     }
     if (c.cancelled()) return pulled::stop;
     if (c.draining()) return pulled::wait;
-    auto y = guarded_source_call(c, [&] {
+    auto y = end_run_on_throw(c, [&] {
       return sampled_call(&pull, 0, [&] {
         return timed(prof, stage_work_key<S0::name>{}, [&] { return call_stage(c.template stage<0>(), 0); });
       });
@@ -306,7 +309,7 @@ void host_worker(Core& c, std::size_t w) noexcept {
           return hand_on<0>(c, std::move(*item), tag);
         };
         // With a seat, an error (the source's, or a helped stage's) ends the run before the seat goes.
-        if (!(pull != nullptr ? guarded_source_call(c, one) : one())) break;
+        if (!(pull != nullptr ? end_run_on_throw(c, one) : one())) break;
       }
     } else {
       source_pull* pull = nullptr;
