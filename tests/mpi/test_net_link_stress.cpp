@@ -2,8 +2,12 @@
 // initialised once, so a process runs many jobs), the same draw on every rank
 // from (seed, index). A scenario places a pipeline
 //     source -> queue -> mid (workers) ═net_link═> sink (workers)
-// over the ranks: producer ranks run source and mid, consumer ranks the sink,
-// and a rank may take part in the job only (it builds no pipeline). It draws credits (Depth), items per producer
+// or one with a relay stage between two net_links
+//     source -> queue -> mid ═net_link═> relay ═net_link═> sink
+// over the ranks: producer ranks run source and mid, relay ranks the relay,
+// consumer ranks the sink (producer ranks too, now and then: items leave a
+// rank and come back), and a rank may take part in the job only (it builds no
+// pipeline). It draws credits (Depth), items per producer
 // rank, item sizes from 0 bytes to 1 MiB, workers, one or two runs in the job
 // (each over its own link), and at most one fault in the last run: a stage
 // that throws on any rank, a pipeline_stop from a sink, stop(cancel) or
@@ -64,7 +68,8 @@ enum class where { source, mid, sink };
 
 struct scenario {
   std::uint64_t seed = 0, index = 0, salt = 0;
-  std::vector<int> producers, consumers;  // disjoint; ranks in neither run nothing
+  std::vector<int> producers, consumers;  // disjoint unless relayed; ranks in none run nothing
+  std::vector<int> relays;                // a relay stage's ranks (none: one net_link)
   int items = 0;                          // per producer rank and run
   int runs = 1;
   bool deep = false;  // credits 8, else 1
@@ -90,7 +95,18 @@ scenario draw(std::uint64_t seed, std::uint64_t index, int n) {
   const int used = 2 + static_cast<int>(next(static_cast<std::uint64_t>(n - 1)));  // 2..n ranks take part
   const int np = 1 + static_cast<int>(next(static_cast<std::uint64_t>(used - 1)));
   s.producers.assign(ranks.begin(), ranks.begin() + np);
-  s.consumers.assign(ranks.begin() + np, ranks.begin() + used);
+  if (next(3) == 0) {  // relayed: the relay on some of the other ranks, the sink on any rank but those
+    const int nr = 1 + static_cast<int>(next(static_cast<std::uint64_t>(used - np)));
+    s.relays.assign(ranks.begin() + np, ranks.begin() + np + nr);
+    std::vector<int> rest(ranks.begin(), ranks.begin() + np);
+    rest.insert(rest.end(), ranks.begin() + np + nr, ranks.begin() + used);
+    for (std::size_t i = rest.size(); i > 1; --i) std::swap(rest[i - 1], rest[next(i)]);
+    rest.resize(1 + next(rest.size()));
+    std::sort(rest.begin(), rest.end());
+    s.consumers = rest;
+  } else {
+    s.consumers.assign(ranks.begin() + np, ranks.begin() + used);
+  }
   s.items = static_cast<int>(next(4) == 0 ? next(8) : next(301));
   s.runs = 1 + static_cast<int>(next(2));
   s.deep = next(2) == 0;
@@ -117,19 +133,31 @@ scenario draw(std::uint64_t seed, std::uint64_t index, int n) {
 std::string describe(const scenario& s) {
   auto list = [](const std::vector<int>& v) {
     std::string out;
-    for (int r : v) out += (out.empty() ? "" : ",") + std::to_string(r);
+    for (int r : v) {
+      if (!out.empty()) out += ',';
+      out += std::to_string(r);
+    }
     return out;
   };
   static const char* stage[] = {"source", "mid", "sink"};
-  return "producers " + list(s.producers) + ", consumers " + list(s.consumers) + ", " + std::to_string(s.items) +
-         " items each, " + std::to_string(s.runs) + " run(s), credits " + (s.deep ? "8" : "1") + ", workers mid " +
-         std::to_string(s.w_mid) + " sink " + std::to_string(s.w_sink) + ", depth " + std::to_string(s.depth_in) +
-         (s.slow_every ? ", sink slow every " + std::to_string(s.slow_every) : "") + "; fault " + name_of(s.f) +
-         " on rank " + std::to_string(s.fault_rank) +
-         (s.f == fault::stage_throw || s.f == fault::stop_in_sink
-              ? std::string(" in ") + stage[static_cast<int>(s.at)] + " at " + std::to_string(s.fault_at)
-              : "") +
-         (s.f == fault::cancel || s.f == fault::drain ? " after " + std::to_string(s.delay_us) + " us" : "");
+  std::string d = "producers " + list(s.producers);
+  if (!s.relays.empty()) d += ", relays " + list(s.relays);
+  d += ", consumers " + list(s.consumers);
+  d += ", " + std::to_string(s.items) + " items each, " + std::to_string(s.runs) + " run(s), credits ";
+  d += s.deep ? "8" : "1";
+  d += ", workers mid " + std::to_string(s.w_mid) + " sink " + std::to_string(s.w_sink) + ", depth " +
+       std::to_string(s.depth_in);
+  if (s.slow_every) d += ", sink slow every " + std::to_string(s.slow_every);
+  d += "; fault ";
+  d += name_of(s.f);
+  d += " on rank " + std::to_string(s.fault_rank);
+  if (s.f == fault::stage_throw || s.f == fault::stop_in_sink) {
+    d += " in ";
+    d += stage[static_cast<int>(s.at)];
+    d += " at " + std::to_string(s.fault_at);
+  }
+  if (s.f == fault::cancel || s.f == fault::drain) d += " after " + std::to_string(s.delay_us) + " us";
+  return d;
 }
 
 // ---- items: 0 bytes to 1 MiB, every byte checked where it arrives --------------------------
@@ -194,6 +222,12 @@ struct mid {
     return std::move(x);
   }
 };
+struct relay {
+  static constexpr dflash::fixed_string name{"relay"};
+  using input_type = item;
+  using output_type = item;
+  item operator()(item&& x) const { return std::move(x); }
+};
 struct sink {
   static constexpr dflash::fixed_string name{"sink"};
   using input_type = item;
@@ -231,6 +265,11 @@ namespace {
 template <dflash::fixed_string Net, std::size_t Credits>
 using pipe = dflash::Pipeline<NullProfiler, source, dflash::queue_link<"in", 4>, dflash::workers<mid, 1>,
                               dflash::mpi::net_link<Net, Credits>, dflash::workers<sink, 1>>;
+template <dflash::fixed_string Net, std::size_t Credits>
+using relayed_pipe =
+    dflash::Pipeline<NullProfiler, source, dflash::queue_link<"in", 4>, dflash::workers<mid, 1>,
+                     dflash::mpi::net_link<Net, Credits>, dflash::workers<relay, 1>,
+                     dflash::mpi::net_link<dflash::name_cat<Net, "_back">, Credits>, dflash::workers<sink, 1>>;
 
 // One run of the job on this rank.
 template <class Pipe>
@@ -239,12 +278,22 @@ void run_once(dflash::mpi::job& job, const scenario& s, seen_run& o, bool last) 
   const bool faulty = last && me == s.fault_rank;
   auto shape = Pipe::default_shape();
   shape.rank = me;
-  shape.ranks = {s.producers, s.producers, s.consumers};
-  shape.workers = {1, s.w_mid, s.w_sink};
   shape.depths[0] = s.depth_in;
   const bool stage_fault = s.f == fault::stage_throw || s.f == fault::stop_in_sink;
-  Pipe p(shape, source{&s, &o, me, faulty && stage_fault}, mid{&s, &o, faulty && stage_fault},
-         sink{&s, &o, faulty && stage_fault});
+  const source src{&s, &o, me, faulty && stage_fault};
+  const mid m{&s, &o, faulty && stage_fault};
+  const sink snk{&s, &o, faulty && stage_fault};
+  std::optional<Pipe> built;
+  if constexpr (Pipe::stage_count == 3) {
+    shape.ranks = {s.producers, s.producers, s.consumers};
+    shape.workers = {1, s.w_mid, s.w_sink};
+    built.emplace(shape, src, m, snk);
+  } else {
+    shape.ranks = {s.producers, s.producers, s.relays, s.consumers};
+    shape.workers = {1, s.w_mid, 1 + s.w_sink % 2, s.w_sink};
+    built.emplace(shape, src, m, relay{}, snk);
+  }
+  Pipe& p = *built;
   std::thread stopper;
   if (faulty && (s.f == fault::cancel || s.f == fault::drain))
     stopper = std::thread([&] {
@@ -294,10 +343,16 @@ void scenario_rank(const scenario& s, account& a) {
     }
     // A rank outside the placement builds no pipeline (one that runs no stage is an error) and
     // only takes part in the job: start(), finish(), and a stop or failure reaching it.
-    if (!std::count(s.producers.begin(), s.producers.end(), me) && !std::count(s.consumers.begin(), s.consumers.end(), me))
+    if (!std::count(s.producers.begin(), s.producers.end(), me) && !std::count(s.consumers.begin(), s.consumers.end(), me) &&
+        !std::count(s.relays.begin(), s.relays.end(), me))
       continue;
-    if (r == 0) run_once<pipe<"net", Credits>>(job, s, a.runs[r], last);
-    else run_once<pipe<"net_again", Credits>>(job, s, a.runs[r], last);
+    if (s.relays.empty()) {
+      if (r == 0) run_once<pipe<"net", Credits>>(job, s, a.runs[r], last);
+      else run_once<pipe<"net_again", Credits>>(job, s, a.runs[r], last);
+    } else {
+      if (r == 0) run_once<relayed_pipe<"net", Credits>>(job, s, a.runs[r], last);
+      else run_once<relayed_pipe<"net_again", Credits>>(job, s, a.runs[r], last);
+    }
   }
   const auto res = job.finish();
   a.status = res.ok ? 0 : 1;

@@ -220,6 +220,8 @@ class job {
   };
   /// The job co-owns every link's MPI state (job_links.hpp).
   void attach(std::shared_ptr<job_link> c) { links_.attach(std::move(c), state_); }
+  /// Link c is ended by its owner (mpi_link::end_on_close), not by run()'s end.
+  void own_end(const job_link* c) { links_.own_end(c); }
   /// A link's handle is going away. Before start() or after finish() its state
   /// is dropped. While the job runs the job keeps driving it to the end; if
   /// this rank's pipeline had not ended (normally or by a stop), that is an

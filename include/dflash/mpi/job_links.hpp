@@ -23,7 +23,7 @@ class link_registry {
   /// A link made after a STOP is stopped at once (its blocked calls would
   /// otherwise wait for a stop that was already delivered). A link is told
   /// this rank's end (FIN) when the first run() that ends after it was made
-  /// ends: build each pipeline after the previous run() returned.
+  /// ends, unless its owner ends it itself (own_end: a net_link's pipeline).
   void attach(std::shared_ptr<job_link> c, const job_state& state) {
     std::lock_guard lk(m_);
     for (const auto& o : channels_)
@@ -33,6 +33,14 @@ class link_registry {
     // The progress thread marks the job stopped before stop_all() takes m_: it
     // sees this link, or this sees the stop.
     if (state.stopped()) channels_.back().link->on_stop();
+  }
+  /// Link c's end is told by its owner (mpi_link::close from the producing
+  /// stage), never by a run() that ends: a link made while an earlier run was
+  /// going on is not ended by that run.
+  void own_end(const job_link* c) {
+    std::lock_guard lk(m_);
+    for (auto& o : channels_)
+      if (o.link.get() == c) o.owned = true;
   }
   /// The link goes (its requests are complete, or MPI is about to end).
   void erase(const job_link* c) {
@@ -62,14 +70,14 @@ class link_registry {
     for (const auto& c : channels_) c.link->on_stop();
   }
   /// The links' sends and receives, and FIN once the run a link belongs to
-  /// ended normally: the first run() that ends after the link was made (so a
-  /// pipeline is built after the previous run() returned). A link for which
-  /// that end is premature asks state for a stop.
+  /// ended normally: the first run() that ends after the link was made (links
+  /// whose owner ends them are left to it). A link for which that end is
+  /// premature asks state for a stop.
   bool progress(job_state& state) {
     bool busy = false;
     std::lock_guard lk(m_);
     for (auto& c : channels_)
-      if (!c.told && run_ended(c)) {
+      if (!c.told && !c.owned && run_ended(c)) {
         c.told = true;
         if (c.link->finish_sending()) state.request_stop();
       }
@@ -106,7 +114,8 @@ class link_registry {
   struct attached {
     std::shared_ptr<job_link> link;
     std::uint64_t run = 0;
-    bool told = false;  // progress thread only
+    bool told = false;   // progress thread only
+    bool owned = false;  // ended by its owner, not by a run's end
   };
   [[nodiscard]] bool run_ended(const attached& a) const noexcept {
     return runs_ended_.load(std::memory_order_acquire) > a.run;

@@ -14,7 +14,8 @@
 //             take_sent()       an item whose send completed, to refill
 //                               (its vectors keep their memory), or empty
 //             close()           no more items from this rank: FIN follows
-//                               the last one (job::run's normal end does it)
+//                               the last one (job::run's normal end does it,
+//                               or the link's owner: end_on_close())
 //   consumer: receive(prof)     the next item, or empty once closed
 //             recycle(item)     a consumed item back: the next arriving item
 //                               is received into its vectors
@@ -110,6 +111,14 @@ class mpi_link {
   /// its last item. job::run does it when this rank's pipeline ends
   /// normally; send() after close() throws std::logic_error.
   void close() { core_->close(); }
+
+  /// For a link kind built on mpi_link (net_link): from now on this link ends
+  /// only by close(), which its pipeline calls when the producing stage's
+  /// last worker exits, never by the end of a job::run. So a link made while
+  /// an earlier run was going on is not ended by that run, and a rank may run
+  /// stages on both sides of a round trip (its link's end does not wait for
+  /// the rank's whole pipeline).
+  void end_on_close() { job_.own_end(core_.get()); }
 
   /// Consumer side: the next item, or empty once every producer finished and
   /// everything arrived; `from` (if given) gets the producer rank it came

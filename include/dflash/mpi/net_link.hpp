@@ -16,9 +16,12 @@
 // the producer ranks are those of the stage before it, the consumers those
 // of the stage after it, and its guarantees are the mpi_link's — credits of
 // Depth items per producer rank (backpressure), every item delivered once,
-// close when every producer rank's pipeline ended normally (job::run sends
-// FIN after join), a stop or error on any rank stops every rank (a blocked
-// hand-over throws dflash::pipeline_stop). Records "<Name>.push_wait" and
+// an end once every producer rank's producing stage has ended (the stage's
+// last worker closes the link: FIN follows its last item), a stop or error on
+// any rank stops every rank (a blocked hand-over throws dflash::pipeline_stop).
+// The end is the pipeline's own, so a link built while an earlier run was
+// going on is not ended by it, and items may leave a rank and come back
+// (shape.ranks {{0}, {1}, {0}}). Records "<Name>.push_wait" and
 // "<Name>.pop_wait" as a queue_link does. Items: trivially copyable, or
 // described by mpi::wire<T> (wire.hpp); a device stage's output crosses once
 // its work completed (the pipeline waits for it before the hand-over). A
@@ -72,7 +75,9 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
   class endpoint {
    public:
     endpoint(group& g, std::vector<int> producers, std::vector<int> consumers, const P& prof)
-        : group_(g), link_(g, std::move(producers), std::move(consumers)), prof_(prof) {}
+        : group_(g), link_(g, std::move(producers), std::move(consumers)), prof_(prof) {
+      link_.end_on_close();  // its end is this pipeline's, not the end of whichever run comes first
+    }
     /// Blocks for a credit, then hands the item to the job's progress thread.
     bool push(Item&& x) {
       link_.send(std::move(x), prof_);
@@ -88,6 +93,17 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
       return x;
     }
     [[nodiscard]] link_stats stats() const { return link_.stats(); }
+
+    /// The producing stage's last worker on this rank exited normally (the
+    /// pipeline closes no link after a cancel: then the job's STOP, not an
+    /// end, reaches the consumers): FIN follows its last item.
+    void close() noexcept {
+      if (!link_.is_producer()) return;
+      try {
+        link_.close();
+      } catch (...) {  // only a non-producer throws, ruled out above
+      }
+    }
 
    private:
     group& group_;
@@ -113,10 +129,12 @@ struct net_link : link_answers<Name, Depth, consumer_on_own_threads, carries_val
                                                std::vector<int>(c.consumer_ranks.begin(), c.consumer_ranks.end()),
                                                c.prof);
   }
-  // The end of the items is each producer rank's FIN, sent by job::run once
-  // the pipeline ended normally; a stop reaches every rank through the job.
+  // The end of the items is each producer rank's FIN, sent once its producing
+  // stage's workers all exited; a stop reaches every rank through the job.
   template <class E>
-  static void close(E&) noexcept {}
+  static void close(E& e) noexcept {
+    e.close();
+  }
   template <class E>
   static void cancel(E&) noexcept {}
 

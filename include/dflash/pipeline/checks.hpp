@@ -242,25 +242,6 @@ inline void check_placement_facts(const shape_facts& f) {
           "dflash::Pipeline: stages " + n(l) + " and " + n(l + 1) + " run in different processes (shape.ranks), but link " +
           n(l) + " ('" + std::string(f.link_names[l]) +
           "') cannot cross processes: make it a dflash::mpi::net_link, or place both stages on the same ranks");
-  // Each process's stages must be next to each other. A net_link ends (FIN)
-  // when its producer rank's whole pipeline has ended, so items that leave a
-  // rank and come back would wait on each other at the end: the rank waits for
-  // the returning link's end, which waits for the rank's own.
-  std::vector<int> listed;
-  for (const auto& r : f.ranks) listed.insert(listed.end(), r.begin(), r.end());
-  listed.push_back(f.rank);  // also when in no list: it runs the stages placed on every process
-  for (const int r : listed) {
-    std::size_t first = f.ranks.size(), last = 0;
-    for (std::size_t i = 0; i < f.ranks.size(); ++i)
-      if (runs_on(f, i, r)) first = std::min(first, i), last = i;
-    for (std::size_t i = first; i < last; ++i)
-      if (!runs_on(f, i, r))
-        throw std::invalid_argument(
-            "dflash::Pipeline: rank " + std::to_string(r) + " runs stages " + n(first) + " and " + n(last) + " but not stage " + n(i) +
-            " between them (shape.ranks): items would leave it and come back, and a net_link ends only when its "
-            "producer rank's whole pipeline has ended, so neither end would come; place each rank's stages next to "
-            "each other");
-  }
   bool any = false;
   for (std::size_t i = 0; i < f.workers.size(); ++i) any = any || runs_here(f, i);
   if (!any)

@@ -137,10 +137,14 @@ class pipeline_core : public core_types<P, Specs...>,
     live_[I].store(n, std::memory_order_relaxed);
   }
   // The last thread of stage I (of the direct segment I..B) closes its output: downstream drains and ends.
+  // Not after a cancel: every link is cancelled then, and a close would tell
+  // an end that did not come (another stage's thread may still be inside a
+  // call of stage I, help-first, when its own threads leave on the cancel).
   template <std::size_t I, std::size_t B = I>
   void worker_exit() noexcept {
     if (live_[I].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      if constexpr (B < link_count) link_kind<B>::close(link<B>());
+      if constexpr (B < link_count)
+        if (!this->cancelled()) link_kind<B>::close(link<B>());
     }
   }
   /// One stream per worker of each device stage, made by run().

@@ -31,7 +31,8 @@
 //                          SlotEndpoint; Item may be an envelope, moved through whole)
 //   open<Item>(ctx)        makes the endpoint (std::unique_ptr; a null pointer for no endpoint);
 //                          a kind whose delivery is delivers_rows_once reads ctx.rows (shape.rows)
-//   close(e)               no more items from the producer side (normal end: the consumer drains)
+//   close(e)               no more items from the producer side (normal end: the consumer drains);
+//                          called once the producing stage's last thread left, never after cancel(e)
 //   cancel(e)              wake every blocked thread now; later hand-overs fail
 //   check<Site>()          its requirements on the place it was put in, as static_asserts that state
 //                          the fix (Site is a dflash::link_site, pipeline/link_site.hpp)
