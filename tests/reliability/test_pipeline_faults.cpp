@@ -451,7 +451,11 @@ TEST_CASE("a sink that throws pipeline_stop after k items ends an endless pipeli
 // again. Rare per run (about 1 in 150 runs of a fresh process, fewer in a warm one), so repeated.
 TEST_CASE("a one-worker stage whose call threw pipeline_stop is never called again, repeated", "[fault][stop]") {
   watchdog wd("pipeline_stop from the sink, repeated");
-  for (int round = 0; round < 3000; ++round) {
+  // Bounded by rounds and by time: a sanitizer build runs a round ten times slower, and the
+  // watchdog must still only ever fire on a hang.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  int round = 0;
+  for (; round < 3000 && (round < 100 || std::chrono::steady_clock::now() < deadline); ++round) {
     env e;
     e.fault_stage = 3;
     e.fault_at = 1;
@@ -464,6 +468,8 @@ TEST_CASE("a one-worker stage whose call threw pipeline_stop is never called aga
     }
     if (e.st[3].calls.load() != 2) FAIL("round " << round << ": the sink was called " << e.st[3].calls.load() << " times");
   }
+  INFO("rounds run: " << round);
+  CHECK(round >= 100);
 }
 
 TEST_CASE("pipeline_stop from a middle stage with several workers ends the pipeline cleanly", "[fault][stop]") {
