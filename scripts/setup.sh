@@ -42,5 +42,16 @@ if [[ ! -f /usr/local/cuda/lib64/cmake/cccl/cccl-config.cmake ]] && [[ -z "${CCC
   exit 1
 fi
 
+# DLPack's C header, for dflash/interop/dlpack.hpp (optional: without it those headers' tests are
+# off, with a configure message). Taken from a pinned wheel that ships it (apache-tvm-ffi, DLPack
+# 1.3): Debian's libdlpack-dev is 0.6, older than DLManagedTensorVersioned. Only the header is
+# used; nothing is installed into Python.
+dlpack_root=build/_deps/dlpack
+if [[ ! -f $dlpack_root/include/dlpack/dlpack.h ]]; then
+  if ! python3 scripts/fetch_dlpack.py "$dlpack_root"; then
+    echo "setup: could not fetch the DLPack header (offline?): DLPack export is built without its tests" >&2
+  fi
+fi
+
 cmake --preset release
 cmake --build --preset release

@@ -1,11 +1,11 @@
 # dflash's public headers include no platform header: only dflash's own, the
 # C++ standard library's and those of its dependencies (Boost, CCCL, the CUDA
-# runtime and NVTX, MPI, and Google Benchmark for bench/gbench.hpp alone). A platform header (<unistd.h>, <sys/syscall.h>,
+# runtime and NVTX, MPI, DLPack for interop/dlpack.hpp, and Google Benchmark for bench/gbench.hpp alone). A platform header (<unistd.h>, <sys/syscall.h>,
 # <linux/...>, <x86intrin.h>, ...) would land in every user's translation unit
 # and take names such as pipe, read, close or sleep at global scope.
 #   cmake -DROOT=<include dir> -P public_includes.cmake
 file(GLOB_RECURSE headers RELATIVE ${ROOT} ${ROOT}/dflash/*.hpp ${ROOT}/dflash/*.cuh)
-set(allowed "^(dflash/|boost/|cuda/|thrust/|cub/|nv/|nvtx3/|benchmark/benchmark\\.h$|[a-z_]+$|cuda_runtime\\.h$|cuda_runtime_api\\.h$|mpi\\.h$)")
+set(allowed "^(dflash/|boost/|cuda/|thrust/|cub/|nv/|nvtx3/|benchmark/benchmark\\.h$|[a-z_]+$|cuda_runtime\\.h$|cuda_runtime_api\\.h$|mpi\\.h$|dlpack/dlpack\\.h$)")
 set(bad)
 foreach(h IN LISTS headers)
   file(STRINGS ${ROOT}/${h} lines REGEX "^[ \t]*#[ \t]*include[ \t]*<[^>]+>")
