@@ -15,6 +15,8 @@ wall time is reported next to it. A benchmark, not a test: no thresholds.
 
 usage: scripts/compile_time.py [--rounds 7] [--cxx g++] [--out results.json]
        scripts/compile_time.py --headers [--rounds 5] [HEADER...]   each header alone, -fsyntax-only
+       scripts/compile_time.py --explicit-instantiation [--rounds 5]   a 4-TU program
+                               (examples/explicit_instantiation) with and without the recipe
        scripts/compile_time.py --probe [--rounds 7]   the pipeline TU on a type-erased engine
                                (scripts/compile_time_probe.cpp), header-only and compiled, next to oneTBB
 --out writes the comparison JSON scripts/bench_report.py reads (as benchmarks/compare.hpp does)."""
@@ -194,6 +196,37 @@ def headers_alone(args):
         print(f"| `{name}` | {c['median']:.2f} [{c['min']:.2f} .. {c['max']:.2f}] |")
 
 
+def explicit_instantiation(args):
+    """examples/explicit_instantiation: four TUs using one pipeline type (two profiler builds),
+    compiled with the recipe (extern template in the header, the engine instantiated in
+    sum_pipeline.cpp) and without it. Per round: the whole program (every TU, one after another)
+    and the rebuild after an edit of one user TU (part_b.cpp, the profiled one)."""
+    d = ROOT / "examples" / "explicit_instantiation"
+    parts = ["main.cpp", "part_a.cpp", "part_b.cpp", "part_c.cpp"]
+    def tus(variant):
+        files = parts + (["sum_pipeline.cpp"] if variant == "with" else [])
+        return [base_cmd(args.cxx, [f"-I{d / variant}"]) + [str(d / f)] for f in files]
+    programs = {v: tus(v) for v in ("with", "without")}
+    out = {k: [] for k in ("program with", "program without", "part_b with", "part_b without")}
+    for r in range(args.rounds):
+        order = ("with", "without") if r % 2 == 0 else ("without", "with")
+        for v in order:
+            total = 0.0
+            for cmd in programs[v]:
+                cpu, _ = compile_once(cmd)
+                total += cpu
+                if cmd[-1].endswith("part_b.cpp"):
+                    out[f"part_b {v}"].append(cpu)
+            out[f"program {v}"].append(total)
+    print(f"\n{args.cxx} -O2; CPU s, median [min .. max] over {args.rounds} rounds (order alternating)")
+    for k, v in out.items():
+        c = summarize(v)
+        print(f"  {k:<16} {c['median']:6.2f} s [{c['min']:.2f} .. {c['max']:.2f}]")
+    for what in ("program", "part_b"):
+        ratio = summarize([w / o for w, o in zip(out[f"{what} with"], out[f"{what} without"])])
+        print(f"  {what} with/without: {ratio['median']:.2f} [{ratio['min']:.2f} .. {ratio['max']:.2f}]")
+
+
 def erased_engine_probe(args):
     """scripts/compile_time_probe.cpp (the pipeline TU on a minimal type-erased engine) built
     header-only and with the engine left to a library, next to the oneTBB TU and the dflash TU.
@@ -229,18 +262,22 @@ def main():
     ap.add_argument("--out", help="write the comparison JSON here")
     ap.add_argument("--headers", action="store_true", help="cost of each header alone instead")
     ap.add_argument("--probe", action="store_true", help="the pipeline TU on a type-erased engine instead")
+    ap.add_argument("--explicit-instantiation", action="store_true",
+                    help="a 4-TU program with and without explicit instantiation instead")
     ap.add_argument("header", nargs="*", help="with --headers: the headers, as <x> or \"x\"")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.header and not args.headers:
         ap.error("HEADER arguments need --headers")
-    if args.headers and args.probe:
-        ap.error("--headers and --probe are separate measurements: pick one")
-    if args.out and (args.headers or args.probe):
-        ap.error("--out writes the pipeline comparison's JSON; --headers and --probe only print")
+    if sum((args.headers, args.probe, args.explicit_instantiation)) > 1:
+        ap.error("--headers, --probe and --explicit-instantiation are separate measurements: pick one")
+    if args.out and (args.headers or args.probe or args.explicit_instantiation):
+        ap.error("--out writes the pipeline comparison's JSON; --headers, --probe and --explicit-instantiation only print")
     if args.headers:
         headers_alone(args)
+    elif args.explicit_instantiation:
+        explicit_instantiation(args)
     elif args.probe:
         erased_engine_probe(args)
     else:

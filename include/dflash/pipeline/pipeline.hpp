@@ -160,34 +160,10 @@ class Pipeline {
   /// dropped. Destroying a started pipeline that was neither joined nor
   /// stopped is almost always a forgotten join(), and one never run a
   /// forgotten run(): both are said on stderr.
-  ~Pipeline() {
-    if (!started_ && !stop_requested_.load(std::memory_order_acquire))
-      std::fputs("dflash::Pipeline: destroyed without ever being run; its stages did nothing. "
-                 "Call run() and join(), or run_to_completion().\n",
-                 stderr);
-    if (!threads_.empty()) {
-      if (!stop_requested_.load(std::memory_order_acquire) && !cancelled())
-        std::fputs("dflash::Pipeline: destroyed while running without join() or stop(); cancelling it. "
-                   "Call join() (or run_to_completion()) to let it finish, or stop() to cancel on purpose.\n",
-                   stderr);
-      core_.cancel();
-      join_threads();
-    }
-  }
+  ~Pipeline();
 
   /// Starts every stage's threads (those placed in this process) and returns. Once per pipeline.
-  void run() {
-    if (started_) throw std::logic_error("dflash::Pipeline::run(): the pipeline was already started");
-    started_ = true;
-    try {
-      core_.make_streams();
-      launch(std::make_index_sequence<stage_count>{});
-    } catch (...) {
-      core_.cancel();
-      join_threads();
-      throw;
-    }
-  }
+  void run();
   /// run() then join(): blocks until the source is exhausted and every item
   /// reached the sink (or a stage threw: rethrown here).
   void run_to_completion() {
@@ -196,14 +172,7 @@ class Pipeline {
   }
   /// Waits for every thread; rethrows the first exception a stage threw.
   /// Call from one thread, after run() (before it: std::logic_error).
-  void join() {
-    if (!started_)
-      throw std::logic_error(
-          "dflash::Pipeline::join(): run() was never called, so nothing ran; call run() first (or run_to_completion())");
-    join_threads();
-    if (!cancelled()) core_.check_in_order_complete();
-    if (auto e = core_.take_error()) std::rethrow_exception(e);
-  }
+  void join();
   /// Thread-safe, non-blocking; follow with join(). cancel: every link wakes
   /// its threads now; drain: the source stops and items in flight reach the sink.
   void stop(stop_mode mode = stop_mode::cancel) noexcept {
@@ -234,9 +203,11 @@ class Pipeline {
   }
   [[nodiscard]] const P& profiler() const noexcept { return core_.prof(); }
   /// The device backend the device links and device stages use (device pipelines only).
-  [[nodiscard]] auto& backend() noexcept
-    requires has_device_links
-  {
+  // A member template: an explicit instantiation of a pipeline without device links must skip it,
+  // which clang 14 does not do for a constrained non-template member.
+  template <bool Device = has_device_links>
+    requires Device
+  [[nodiscard]] auto& backend() noexcept {
     return core_.backend();
   }
 
@@ -295,6 +266,50 @@ class Pipeline {
   std::atomic<bool> stop_requested_{false};
   bool started_ = false;
 };
+
+// Defined out of the class body, so not implicitly inline: where a program declares its pipeline
+// type `extern template class` (guide, "Compile time with many translation units"), the engine
+// behind run() — every stage's agent — is compiled in the one TU that instantiates it. (An
+// inline member would be instantiated in every TU anyway, for the optimizer to inline.)
+template <ProfilerPolicy P, class... Specs>
+void Pipeline<P, Specs...>::run() {
+  if (started_) throw std::logic_error("dflash::Pipeline::run(): the pipeline was already started");
+  started_ = true;
+  try {
+    core_.make_streams();
+    launch(std::make_index_sequence<stage_count>{});
+  } catch (...) {
+    core_.cancel();
+    join_threads();
+    throw;
+  }
+}
+
+template <ProfilerPolicy P, class... Specs>
+void Pipeline<P, Specs...>::join() {
+  if (!started_)
+    throw std::logic_error(
+        "dflash::Pipeline::join(): run() was never called, so nothing ran; call run() first (or run_to_completion())");
+  join_threads();
+  if (!cancelled()) core_.check_in_order_complete();
+  if (auto e = core_.take_error()) std::rethrow_exception(e);
+}
+
+template <ProfilerPolicy P, class... Specs>
+Pipeline<P, Specs...>::~Pipeline() {
+  if (!started_ && !stop_requested_.load(std::memory_order_acquire))
+    std::fputs("dflash::Pipeline: destroyed without ever being run; its stages did nothing. "
+               "Call run() and join(), or run_to_completion().\n",
+               stderr);
+  if (!threads_.empty()) {
+    if (!stop_requested_.load(std::memory_order_acquire) && !cancelled())
+      std::fputs("dflash::Pipeline: destroyed while running without join() or stop(); cancelling it. "
+                 "Call join() (or run_to_completion()) to let it finish, or stop() to cancel on purpose.\n",
+                 stderr);
+    core_.cancel();
+    join_threads();
+  }
+}
 
 namespace detail {
 template <class X>
