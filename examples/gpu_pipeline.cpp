@@ -41,11 +41,11 @@ struct Rows : dflash::device_item<B> {  // one slot of the device link, reused
 // cudaMallocHost / cudaFreeHost synchronise the whole device, so a stage that
 // called them per item would stall every stream once per item.
 template <class B>
-class pinned_pool {
+class result_pool {
  public:
   using buffer = dflash::host_buffer<float, B>;
   struct give_back {
-    pinned_pool* pool;
+    result_pool* pool;
     void operator()(buffer* b) const { pool->put(b); }
   };
   using handle = std::unique_ptr<buffer, give_back>;
@@ -66,7 +66,7 @@ class pinned_pool {
   std::vector<std::unique_ptr<buffer>> free_;
 };
 template <class B>
-using Sum = typename pinned_pool<B>::handle;
+using Sum = typename result_pool<B>::handle;
 
 struct Steps {  // host source
   static constexpr dflash::fixed_string name{"steps"};
@@ -92,7 +92,7 @@ struct Reduce {  // device link -> host: the result is written by enqueued work
   static constexpr dflash::fixed_string name{"reduce"};
   using input_type = Rows<B>;
   using output_type = Sum<B>;
-  pinned_pool<B>* pool = nullptr;  // set before run(); outlives every item
+  result_pool<B>* pool = nullptr;  // set before run(); outlives every item
   Sum<B> operator()(Rows<B>& in, const DS<B>& s) const {
     Sum<B> sum = pool->take();
     float* d = in.sum.ensure(1, s);
@@ -121,7 +121,7 @@ using twin_pipeline = gpu_pipeline<P, dflash::host_stream_backend>;  // the keys
 template <class B>  // the same pipeline on backend B; true when the total is right
 bool run() {
   dflash::AccumulatingProfiler<dflash::pipeline_keys<twin_pipeline<dflash::NullProfiler>>> prof;
-  pinned_pool<B> pool;  // declared first: destroyed after the pipeline and its items
+  result_pool<B> pool;  // declared first: destroyed after the pipeline and its items
   gpu_pipeline<decltype(prof), B> p(prof);
   p.template stage<2>().pool = &pool;
   p.run();

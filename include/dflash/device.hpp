@@ -8,3 +8,4 @@
 #include "dflash/device/device_channel.hpp"
 #include "dflash/device/device_stream.hpp"
 #include "dflash/device/host_stream_backend.hpp"
+#include "dflash/device/pinned_pool.hpp"

@@ -29,18 +29,20 @@ struct backend_stats {
   std::uint64_t records = 0;        ///< record() calls
   std::uint64_t waits = 0;          ///< wait() calls (stream waits on event; never blocks the host)
   std::uint64_t timing_events = 0;  ///< events created with timing enabled
+  std::uint64_t host_allocations = 0;  ///< allocate_host() calls (cudaMallocHost synchronises the device)
 };
 
 namespace detail {
 /// The counters behind backend_stats, shared by the backends (relaxed: diagnostics only).
 struct backend_counters {
-  std::atomic<std::uint64_t> host_waits{0}, synchronizes{0}, records{0}, waits{0}, timing_events{0};
+  std::atomic<std::uint64_t> host_waits{0}, synchronizes{0}, records{0}, waits{0}, timing_events{0},
+      host_allocations{0};
 
   static void bump(std::atomic<std::uint64_t>& c) noexcept { c.fetch_add(1, std::memory_order_relaxed); }
   [[nodiscard]] backend_stats snapshot() const noexcept {
     return {host_waits.load(std::memory_order_relaxed), synchronizes.load(std::memory_order_relaxed),
             records.load(std::memory_order_relaxed), waits.load(std::memory_order_relaxed),
-            timing_events.load(std::memory_order_relaxed)};
+            timing_events.load(std::memory_order_relaxed), host_allocations.load(std::memory_order_relaxed)};
   }
 };
 }  // namespace detail

@@ -160,6 +160,7 @@ class cuda_backend {
   /// Pinned host memory: device <-> host copies from it are truly asynchronous
   /// (from pageable memory cudaMemcpyAsync waits for the stream first).
   [[nodiscard]] void* allocate_host(std::size_t bytes) {
+    stats_.bump(stats_.host_allocations);
     void* p = nullptr;
     check(cudaMallocHost(&p, bytes == 0 ? 1 : bytes), "cudaMallocHost");
     return p;

@@ -215,7 +215,10 @@ class host_stream_backend {
     if (!s) free_now(p);
     else s->push([this, p] { free_now(p); }, true);
   }
-  [[nodiscard]] void* allocate_host(std::size_t bytes) { return ::operator new(bytes == 0 ? 1 : bytes); }
+  [[nodiscard]] void* allocate_host(std::size_t bytes) {
+    stats_.bump(stats_.host_allocations);
+    return ::operator new(bytes == 0 ? 1 : bytes);
+  }
   void deallocate_host(void* p) noexcept { ::operator delete(p); }
   /// A null pointer is what cudaMemcpyAsync rejects (cudaErrorInvalidValue):
   /// here it poisons the stream, so the error surfaces at the next check or
