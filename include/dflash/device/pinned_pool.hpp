@@ -123,6 +123,13 @@ class pinned_pool {
       std::sort(cache_.begin(), cache_.end(), [](const slab& a, const slab& b) { return a.bytes > b.bytes; });
       for (std::size_t i = 0; i < cache_.size() && in_use_ + cached_ + size > bound_;)
         if (finished(cache_[i])) {
+          if (cache_[i].bytes == size) {  // its work ended since the look above: reuse, not free
+            slab s = cache_[i];
+            cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(i));
+            cached_ -= size;
+            ++reuses_;
+            return hand_out(s);
+          }
           cached_ -= cache_[i].bytes;
           drop(cache_[i]);
           cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -149,9 +156,10 @@ class pinned_pool {
   /// queue) for cached blocks whose work is still pending; std::length_error when the blocks
   /// handed out alone leave no room, as no wait can make it.
   [[nodiscard]] block acquire(std::size_t bytes) {
+    const std::size_t size = size_class(bytes);
     for (;;) {
       if (auto b = try_acquire(bytes)) return std::move(*b);
-      if (!wait_for_pending()) break;
+      if (!wait_for_pending(size)) break;
     }
     const pinned_pool_stats st = stats();
     throw std::length_error("dflash::pinned_pool: " + std::to_string(bytes) + " bytes (a block of " +
@@ -211,10 +219,13 @@ class pinned_pool {
       drop(s);
     }
   }
-  // Waits for the work on one cached block; false if none has work pending. Under the lock, so
-  // that no other thread reuses or frees the block (and its event) meanwhile.
-  bool wait_for_pending() {
+  // false: the blocks handed out leave no room for `size`, and no wait can make it. Otherwise
+  // waits for the work on one cached block, if one still has some (its work may also have ended
+  // since try_acquire looked: then the next try finds it). Under the lock, so that no other
+  // thread reuses or frees the block (and its event) meanwhile.
+  bool wait_for_pending(std::size_t size) {
     std::lock_guard lk(m_);
+    if (in_use_ + size > bound_) return false;
     for (slab& c : cache_)
       if (c.recorded && !finished(c)) {
         try {
@@ -222,9 +233,9 @@ class pinned_pool {
         } catch (...) {  // the stream failed; its work on the block has ended either way
         }
         c.recorded = false;
-        return true;
+        break;
       }
-    return false;
+    return true;
   }
   bool finished(slab& s) {
     if (!s.recorded) return true;
