@@ -149,12 +149,12 @@ TEST_CASE("a bad layout is an error naming the problem, and nothing leaks", "[dl
 TEST_CASE("an exported slot: its consumer stream waits for the producer, the pointer is the slot's", "[dlpack][lease]") {
   watchdog wd("dlpack stream wait");
   streams h(2);
+  gate g;  // destroyed before h: a fill still behind it is released (broken promise), not left hanging
+  h.publish(100, g.f);
+  auto l = lease::pop(h.ch, h.at);
+  REQUIRE(l);
+  int* d = l->item().data.data();
   SECTION("through the export, the consumer sees the producer's values") {
-    gate g;
-    h.publish(100, g.f);
-    auto l = lease::pop(h.ch, h.at);
-    REQUIRE(l);
-    int* d = l->item().data.data();
     DLManagedTensorVersioned* t = dl::export_lease(*l, d, dl::row_major<int>({static_cast<std::int64_t>(words)}), h.cons_st);
     CHECK(t->dl_tensor.data == d);  // zero copy: the slot's own memory
     CHECK(t->dl_tensor.device.device_type == kDLCPU);  // the twin's device memory is host memory
@@ -165,11 +165,6 @@ TEST_CASE("an exported slot: its consumer stream waits for the producer, the poi
     t->deleter(t);
   }
   SECTION("control: a consumer stream that does not wait reads the slot before the fill") {
-    gate g;
-    h.publish(100, g.f);
-    auto l = lease::pop(h.ch, h.at);
-    REQUIRE(l);
-    int* d = l->item().data.data();
     auto seen = h.read_on_consumer(d);  // no ready_on: nothing orders it after the fill
     const int v = seen.get();
     g.open();
