@@ -73,6 +73,26 @@ concept DeviceBackend = requires(B& b, const B& cb, typename B::stream_type s, t
   { cb.stats() } -> std::same_as<backend_stats>;
 };
 
+namespace detail {
+/// Host waits on a path that already has an error to report or is tearing down: work that
+/// fails ends either way, and its error is (or was) reported by the stage that owns the
+/// stream, so a second one here would only hide the first.
+template <DeviceBackend B>
+void quiet_host_wait(B& b, typename B::event_type e) noexcept {
+  try {
+    b.host_wait(e);
+  } catch (...) {
+  }
+}
+template <DeviceBackend B>
+void quiet_synchronize(B& b, typename B::stream_type s) noexcept {
+  try {
+    b.synchronize(s);
+  } catch (...) {
+  }
+}
+}  // namespace detail
+
 /// A backend with several devices, for placing stages on them (shape.devices):
 /// the current device is per thread, streams and events belong to the device
 /// current when they are made, and memory is reachable from another device

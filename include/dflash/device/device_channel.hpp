@@ -267,12 +267,7 @@ class device_channel {
     }
     (void)free_.push(i);
   }
-  void quiet_synchronize(const stream_type& s) noexcept {
-    try {
-      b_.synchronize(s.native());
-    } catch (...) {  // as quiet_wait's
-    }
-  }
+  void quiet_synchronize(const stream_type& s) noexcept { detail::quiet_synchronize(b_, s.native()); }
   // recycle() on a path that is already throwing: the first error is the one reported.
   void give_back(std::size_t i, const stream_type& s) noexcept {
     try {
@@ -365,12 +360,7 @@ class device_channel {
       return q.pop();
     }
   }
-  void quiet_wait(typename B::event_type e) noexcept {
-    try {
-      b_.host_wait(e);
-    } catch (...) {  // the error was (or will be) reported by the stage that owns the stream
-    }
-  }
+  void quiet_wait(typename B::event_type e) noexcept { detail::quiet_host_wait(b_, e); }
   bool drop_this_wait() noexcept {
     const std::uint64_t n = pops_.fetch_add(1, std::memory_order_relaxed) + 1;
     return n == drop_at_.load(std::memory_order_relaxed);

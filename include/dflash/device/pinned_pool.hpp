@@ -108,15 +108,11 @@ class pinned_pool {
   /// A block of at least `bytes`, or empty when it would pass the bound.
   [[nodiscard]] std::optional<block> try_acquire(std::size_t bytes) {
     const std::size_t size = size_class(bytes);
-    std::unique_lock lk(m_);
+    std::lock_guard lk(m_);
     for (std::size_t i = 0; i < cache_.size(); ++i)
       if (cache_[i].bytes == size && finished(cache_[i])) {
-        slab s = cache_[i];
-        cache_[i] = cache_.back();
-        cache_.pop_back();
-        cached_ -= size;
         ++reuses_;
-        return hand_out(s);
+        return hand_out(take_cached(i));
       }
     // Room for a new block: free finished cached blocks (largest first) until it fits.
     if (in_use_ + cached_ + size > bound_) {
@@ -124,15 +120,11 @@ class pinned_pool {
       for (std::size_t i = 0; i < cache_.size() && in_use_ + cached_ + size > bound_;)
         if (finished(cache_[i])) {
           if (cache_[i].bytes == size) {  // its work ended since the look above: reuse, not free
-            slab s = cache_[i];
-            cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(i));
-            cached_ -= size;
             ++reuses_;
-            return hand_out(s);
+            return hand_out(take_cached(i));
           }
-          cached_ -= cache_[i].bytes;
-          drop(cache_[i]);
-          cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(i));
+          slab gone = take_cached(i);
+          drop(gone);
           ++frees_;
         } else {
           ++i;
@@ -178,10 +170,7 @@ class pinned_pool {
     try {
       b_.record(blk.s_.done, s);
     } catch (...) {
-      try {
-        b_.synchronize(s);
-      } catch (...) {
-      }
+      detail::quiet_synchronize(b_, s);
       put(blk.s_, false);
       throw;
     }
@@ -203,6 +192,13 @@ class pinned_pool {
   static constexpr std::size_t min_block = 256;
 
  private:
+  // Cached block i, out of the cache (the rest keep their order).
+  slab take_cached(std::size_t i) {
+    const slab s = cache_[i];
+    cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(i));
+    cached_ -= s.bytes;
+    return s;
+  }
   block hand_out(const slab& s) {
     in_use_ += s.bytes;
     high_water_ = std::max(high_water_, in_use_);
@@ -228,10 +224,7 @@ class pinned_pool {
     if (in_use_ + size > bound_) return false;
     for (slab& c : cache_)
       if (c.recorded && !finished(c)) {
-        try {
-          b_.host_wait(c.done);
-        } catch (...) {  // the stream failed; its work on the block has ended either way
-        }
+        detail::quiet_host_wait(b_, c.done);  // a failed stream's work on the block has ended too
         c.recorded = false;
         break;
       }
@@ -244,12 +237,7 @@ class pinned_pool {
     return true;
   }
   void drop(slab& s) noexcept {
-    if (s.recorded) {
-      try {
-        b_.host_wait(s.done);
-      } catch (...) {  // the stream failed; its work on the block has ended either way
-      }
-    }
+    if (s.recorded) detail::quiet_host_wait(b_, s.done);
     b_.destroy_event(s.done);
     b_.deallocate_host(s.p);
   }

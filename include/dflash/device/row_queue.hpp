@@ -520,12 +520,7 @@ class row_queue {
     }
     b_.deallocate_host(r.pinned);
   }
-  void quiet_wait(event e) noexcept {
-    try {
-      b_.host_wait(e);
-    } catch (...) {  // the stream's error was reported where it happened
-    }
-  }
+  void quiet_wait(event e) noexcept { detail::quiet_host_wait(b_, e); }
   void free_storage() noexcept {
     try {
       b_.deallocate(payload_, setup_);

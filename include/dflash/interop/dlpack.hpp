@@ -150,32 +150,7 @@ Managed* make(Owner&& owner, void* data, DLDevice device, tensor_layout layout, 
   }
   return &h.release()->m;
 }
-}  // namespace detail
 
-/// A versioned tensor over `data`, which `owner` keeps alive: the owner moves into the tensor
-/// and is destroyed by its deleter (its destructor must not throw). read_only sets
-/// DLPACK_FLAG_BITMASK_READ_ONLY, which consumers honour by refusing to write.
-template <class Owner>
-[[nodiscard]] DLManagedTensorVersioned* export_owned(Owner owner, void* data, tensor_layout layout,
-                                                     DLDevice device = {kDLCPU, 0}, bool read_only = false) {
-  static_assert(std::is_nothrow_destructible_v<Owner>, "dflash::dlpack::export_owned: the owner's destructor runs in "
-                                                       "the consumer's deleter and must not throw");
-  detail::check_layout(layout, data, "dflash::dlpack::export_owned");
-  return detail::make<DLManagedTensorVersioned>(std::move(owner), data, device, std::move(layout),
-                                                read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
-}
-
-/// The same as an unversioned DLManagedTensor, for consumers that ask for no DLPack version.
-template <class Owner>
-[[nodiscard]] DLManagedTensor* export_owned_unversioned(Owner owner, void* data, tensor_layout layout,
-                                                        DLDevice device = {kDLCPU, 0}) {
-  static_assert(std::is_nothrow_destructible_v<Owner>, "dflash::dlpack::export_owned_unversioned: the owner's "
-                                                       "destructor runs in the consumer's deleter and must not throw");
-  detail::check_layout(layout, data, "dflash::dlpack::export_owned_unversioned");
-  return detail::make<DLManagedTensor>(std::move(owner), data, device, std::move(layout), 0);
-}
-
-namespace detail {
 // What a tensor over a leased slot owns: the lease, and the consumer stream whose work on the
 // slot must end before the slot is reused.
 template <class Channel>
@@ -192,14 +167,50 @@ struct lease_use {
     } catch (...) {
       // The consumer's stream failed: its error is its own to report. The slot still waits for
       // that stream's work, as the channel does before giving back a slot whose release failed.
-      try {
-        lease->stream().backend().synchronize(consumer);
-      } catch (...) {
-      }
+      dflash::detail::quiet_synchronize(lease->stream().backend(), consumer);
     }
   }
 };
+
+// The exports below, once for both tensor kinds (Managed: DLManagedTensorVersioned or DLManagedTensor).
+template <class Managed, class Owner>
+Managed* export_owned_as(Owner&& owner, void* data, tensor_layout&& layout, DLDevice device, std::uint64_t flags,
+                         const char* who) {
+  static_assert(std::is_nothrow_destructible_v<std::remove_cvref_t<Owner>>,
+                "dflash::dlpack::export_owned: the owner's destructor runs in the consumer's deleter and must not "
+                "throw");
+  check_layout(layout, data, who);
+  return make<Managed>(std::move(owner), data, device, std::move(layout), flags);
+}
+template <class Managed, class Channel>
+Managed* export_lease_as(const device_lease<Channel>& lease, void* data, tensor_layout&& layout,
+                         typename device_lease<Channel>::native_stream consumer, std::uint64_t flags, const char* who) {
+  check_layout(layout, data, who);  // before the join: a refused export leaves the streams as they were
+  lease.ready_on(consumer);
+  using B = typename device_lease<Channel>::backend_type;
+  return make<Managed>(lease_use<Channel>(lease, consumer), data, memory_of<B>::device(lease.stream().device()),
+                       std::move(layout), flags);
+}
 }  // namespace detail
+
+/// A versioned tensor over `data`, which `owner` keeps alive: the owner moves into the tensor
+/// and is destroyed by its deleter (its destructor must not throw). read_only sets
+/// DLPACK_FLAG_BITMASK_READ_ONLY, which consumers honour by refusing to write.
+template <class Owner>
+[[nodiscard]] DLManagedTensorVersioned* export_owned(Owner owner, void* data, tensor_layout layout,
+                                                     DLDevice device = {kDLCPU, 0}, bool read_only = false) {
+  return detail::export_owned_as<DLManagedTensorVersioned>(std::move(owner), data, std::move(layout), device,
+                                                           read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0,
+                                                           "dflash::dlpack::export_owned");
+}
+
+/// The same as an unversioned DLManagedTensor, for consumers that ask for no DLPack version.
+template <class Owner>
+[[nodiscard]] DLManagedTensor* export_owned_unversioned(Owner owner, void* data, tensor_layout layout,
+                                                        DLDevice device = {kDLCPU, 0}) {
+  return detail::export_owned_as<DLManagedTensor>(std::move(owner), data, std::move(layout), device, 0,
+                                                  "dflash::dlpack::export_owned_unversioned");
+}
 
 /// A versioned tensor over `data` (memory of the leased slot), for work on the consumer's stream
 /// `consumer`: that stream waits for the producer's work first (no host wait), and the slot is
@@ -210,12 +221,9 @@ template <class Channel>
 [[nodiscard]] DLManagedTensorVersioned* export_lease(const device_lease<Channel>& lease, void* data, tensor_layout layout,
                                                      typename device_lease<Channel>::native_stream consumer,
                                                      bool read_only = false) {
-  detail::check_layout(layout, data, "dflash::dlpack::export_lease");
-  using B = typename device_lease<Channel>::backend_type;
-  lease.ready_on(consumer);
-  return detail::make<DLManagedTensorVersioned>(detail::lease_use<Channel>(lease, consumer), data,
-                                                memory_of<B>::device(lease.stream().device()), std::move(layout),
-                                                read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+  return detail::export_lease_as<DLManagedTensorVersioned>(lease, data, std::move(layout), consumer,
+                                                           read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0,
+                                                           "dflash::dlpack::export_lease");
 }
 
 /// The same as an unversioned DLManagedTensor.
@@ -223,11 +231,8 @@ template <class Channel>
 [[nodiscard]] DLManagedTensor* export_lease_unversioned(const device_lease<Channel>& lease, void* data,
                                                         tensor_layout layout,
                                                         typename device_lease<Channel>::native_stream consumer) {
-  detail::check_layout(layout, data, "dflash::dlpack::export_lease_unversioned");
-  using B = typename device_lease<Channel>::backend_type;
-  lease.ready_on(consumer);
-  return detail::make<DLManagedTensor>(detail::lease_use<Channel>(lease, consumer), data,
-                                       memory_of<B>::device(lease.stream().device()), std::move(layout), 0);
+  return detail::export_lease_as<DLManagedTensor>(lease, data, std::move(layout), consumer, 0,
+                                                  "dflash::dlpack::export_lease_unversioned");
 }
 
 }  // namespace dflash::dlpack
