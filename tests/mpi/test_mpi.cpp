@@ -29,6 +29,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gather_ints.hpp"
 #include "rank_check.hpp"
 #include "watchdog.hpp"
 
@@ -260,20 +261,6 @@ struct pipes {
   using profiler = dflash::AccumulatingProfiler<keys>;
 };
 
-std::vector<int> gather_ints(const std::vector<int>& mine) {  // to rank 0, after job.finish()
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const int n = static_cast<int>(mine.size());
-  std::vector<int> counts(static_cast<std::size_t>(size)), offs(static_cast<std::size_t>(size));
-  MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  int total = 0;
-  for (int i = 0; i < size; ++i) offs[static_cast<std::size_t>(i)] = std::exchange(total, total + counts[static_cast<std::size_t>(i)]);
-  std::vector<int> all(static_cast<std::size_t>(std::max(total, 1)));
-  MPI_Gatherv(mine.data(), n, MPI_INT, all.data(), counts.data(), offs.data(), MPI_INT, 0, MPI_COMM_WORLD);
-  all.resize(static_cast<std::size_t>(total));
-  return all;
-}
-
 // Runs one link job: producers send cfg.items each, consumers collect.
 // Returns what rank 0 needs: every (rank, seq) received anywhere.
 template <class T>
@@ -327,7 +314,7 @@ void check_credits(const link_run<T>& r, const std::vector<int>& producers, cons
   for (auto* v : {&st.credits_from, &st.taken_from, &st.credits_to})
     for (auto x : *v) flat.push_back(static_cast<int>(x));
   flat.push_back(static_cast<int>(st.sent));
-  const auto all = gather_ints(flat);
+  const auto all = dflash_test::gather_ints(flat);
   if (dflash_test::this_rank != 0) return;
   const std::size_t per = 3 * n + 1;
   RANK_CHECK(all.size() == per * n);
@@ -355,7 +342,7 @@ template <class T>
 void check_exactly_once(link_run<T>& r, const std::vector<int>& producers, int items) {
   std::vector<int> flat;
   for (auto [p, s] : r.got) flat.insert(flat.end(), {p, s});
-  const auto all = gather_ints(flat);
+  const auto all = dflash_test::gather_ints(flat);
   if (dflash_test::this_rank != 0) return;
   std::map<std::pair<int, int>, int> seen;
   for (std::size_t i = 0; i + 1 < all.size(); i += 2) ++seen[{all[i], all[i + 1]}];
@@ -929,7 +916,7 @@ int drain(int argc, char** argv) {
   if (dflash_test::this_rank == 0) RANK_CHECK(r.got.size() == 400u);
   std::vector<int> flat;
   for (auto [p, s] : r.got) flat.insert(flat.end(), {p, s});
-  const auto all = gather_ints(flat);
+  const auto all = dflash_test::gather_ints(flat);
   if (dflash_test::this_rank == 0) {
     std::set<std::pair<int, int>> seen;
     for (std::size_t i = 0; i + 1 < all.size(); i += 2) seen.insert({all[i], all[i + 1]});
@@ -1481,10 +1468,10 @@ int stress(int argc, char** argv) {
     }
     std::vector<int> flat;
     for (auto [p, q] : o.got) flat.insert(flat.end(), {p, q});
-    const auto items = gather_ints(flat);
-    const auto status = gather_ints({o.status});
-    const auto bad = gather_ints({o.bad});
-    const auto got_per_rank = gather_ints({static_cast<int>(o.got.size())});
+    const auto items = dflash_test::gather_ints(flat);
+    const auto status = dflash_test::gather_ints({o.status});
+    const auto bad = dflash_test::gather_ints({o.bad});
+    const auto got_per_rank = dflash_test::gather_ints({static_cast<int>(o.got.size())});
     int verdict = 0;
     if (rank == 0) {
       ++kinds[kind_name(sc.fault)];

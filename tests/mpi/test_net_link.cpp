@@ -248,38 +248,6 @@ int round_trip(int argc, char** argv) {
   return failures == 0 ? 0 : 1;
 }
 
-// Two pipelines built before either runs: the second one's link is not ended
-// by the first run's end (each link's end is its own pipeline's), so both
-// runs deliver every item.
-int built_early(int argc, char** argv) {
-  dflash::mpi::job job(argc, argv);
-  dflash_test::this_rank = job.rank();
-  job.start();
-  using first = net_pipeline<dflash::NullProfiler>;
-  using second = dflash::Pipeline<dflash::NullProfiler, numbers, dflash::queue_link<"in", 4>,
-                                  dflash::workers<square, 2>, dflash::mpi::net_link<"net_again", 3>, collect>;
-  std::vector<tick> got1, got2;
-  {
-    auto shape1 = first::default_shape();
-    place(shape1, job.rank(), job.size());
-    auto shape2 = second::default_shape();
-    place(shape2, job.rank(), job.size());
-    first p1(shape1, numbers{job.rank(), 0}, square{}, collect{&got1});
-    second p2(shape2, numbers{job.rank(), 0}, square{}, collect{&got2});
-    RANK_CHECK(job.run(p1));
-    RANK_CHECK(job.run(p2));
-  }
-  const auto res = job.finish();
-  RANK_CHECK(res.ok);
-  if (!res.ok && job.rank() == 0) std::fprintf(stderr, "rank 0: %s\n", res.error.c_str());
-  RANK_CHECK(!res.stopped_early);
-  const bool consumer = job.rank() == job.size() - 1;
-  const std::size_t expect = consumer ? static_cast<std::size_t>((job.size() - 1) * items_per_rank) : 0;
-  RANK_CHECK(got1.size() == expect);
-  RANK_CHECK(got2.size() == expect);
-  return failures == 0 ? 0 : 1;
-}
-
 // One rank fails while setting up, before it makes its side of the link; the
 // other ends with the first one's error, never waiting for it:
 //  stop_before_build  rank 0 fails; rank 1 builds once the STOP arrived (its
@@ -361,7 +329,10 @@ int drain_consumer(int argc, char** argv) {
   return failures == 0 ? 0 : 1;
 }
 
-int two_runs(int argc, char** argv) {
+// Two runs of two pipelines, one after the other. built_early: both pipelines are built before
+// either runs, and the second one's link is not ended by the first run's end (each link's end
+// is its own pipeline's), so both runs deliver every item.
+int two_runs(int argc, char** argv, bool built_early) {
   dflash::mpi::job job(argc, argv);
   dflash_test::this_rank = job.rank();
   job.start();
@@ -370,19 +341,23 @@ int two_runs(int argc, char** argv) {
                                   dflash::workers<square, 2>, dflash::mpi::net_link<"net_again", 3>, collect>;
   std::vector<tick> got1, got2;
   {
-    auto shape = first::default_shape();
-    place(shape, job.rank(), job.size());
-    first p(shape, numbers{job.rank(), 0}, square{}, collect{&got1});
-    RANK_CHECK(job.run(p));
-  }
-  {
-    auto shape = second::default_shape();
-    place(shape, job.rank(), job.size());
-    second p(shape, numbers{job.rank(), 0}, square{}, collect{&got2});
-    RANK_CHECK(job.run(p));
+    auto shape1 = first::default_shape();
+    place(shape1, job.rank(), job.size());
+    auto shape2 = second::default_shape();
+    place(shape2, job.rank(), job.size());
+    std::optional<first> p1(std::in_place, shape1, numbers{job.rank(), 0}, square{}, collect{&got1});
+    std::optional<second> p2;
+    if (built_early) p2.emplace(shape2, numbers{job.rank(), 0}, square{}, collect{&got2});
+    RANK_CHECK(job.run(*p1));
+    if (!built_early) {
+      p1.reset();
+      p2.emplace(shape2, numbers{job.rank(), 0}, square{}, collect{&got2});
+    }
+    RANK_CHECK(job.run(*p2));
   }
   const auto res = job.finish();
   RANK_CHECK(res.ok);
+  if (!res.ok && job.rank() == 0) std::fprintf(stderr, "rank 0: %s\n", res.error.c_str());
   RANK_CHECK(!res.stopped_early);
   const bool consumer = job.rank() == job.size() - 1;
   const std::size_t expect = consumer ? static_cast<std::size_t>((job.size() - 1) * items_per_rank) : 0;
@@ -414,8 +389,8 @@ int main(int argc, char** argv) {
     if (mode == "peer_never_built") return one_rank_fails_early(argc, argv, late_failure::peer_never_built);
     if (mode == "consumer_never_built")
       return one_rank_fails_early(argc, argv, late_failure::consumer_never_built);
-    if (mode == "two_runs") return two_runs(argc, argv);
-    if (mode == "built_early") return built_early(argc, argv);
+    if (mode == "two_runs") return two_runs(argc, argv, false);
+    if (mode == "built_early") return two_runs(argc, argv, true);
     if (mode == "drain_consumer") return drain_consumer(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", dflash_test::this_rank, e.what());

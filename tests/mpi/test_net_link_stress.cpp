@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "gather_ints.hpp"
 #include "rank_check.hpp"
 #include "watchdog.hpp"
 
@@ -371,20 +372,6 @@ void scenario_rank(const scenario& s, account& a) {
   }
 }
 
-std::vector<int> gather(const std::vector<int>& mine) {  // to rank 0
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const int n = static_cast<int>(mine.size());
-  std::vector<int> counts(static_cast<std::size_t>(size)), offs(static_cast<std::size_t>(size));
-  MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  int total = 0;
-  for (int i = 0; i < size; ++i) offs[static_cast<std::size_t>(i)] = std::exchange(total, total + counts[static_cast<std::size_t>(i)]);
-  std::vector<int> all(static_cast<std::size_t>(std::max(total, 1)));
-  MPI_Gatherv(mine.data(), n, MPI_INT, all.data(), counts.data(), offs.data(), MPI_INT, 0, MPI_COMM_WORLD);
-  all.resize(static_cast<std::size_t>(total));
-  return all;
-}
-
 // Every rank's account, flattened: per rank [status, stopped_early, per run: produced, bad, fired, n, n pairs].
 struct verdict_input {
   std::vector<int> status, stopped, produced[2], bad[2], fired[2];
@@ -514,16 +501,16 @@ int run(int argc, char** argv) {
       a.status = 4;
     }
     verdict_input v;
-    v.status = gather({a.status});
-    v.stopped = gather({a.stopped_early});
+    v.status = dflash_test::gather_ints({a.status});
+    v.stopped = dflash_test::gather_ints({a.stopped_early});
     for (int run = 0; run < 2; ++run) {
       seen_run& o = a.runs[run];
-      v.produced[run] = gather({o.produced.load()});
-      v.bad[run] = gather({o.bad.load()});
-      v.fired[run] = gather({o.fired.load() ? 1 : 0});
+      v.produced[run] = dflash_test::gather_ints({o.produced.load()});
+      v.bad[run] = dflash_test::gather_ints({o.bad.load()});
+      v.fired[run] = dflash_test::gather_ints({o.fired.load() ? 1 : 0});
       std::vector<int> flat;
       for (auto [p, q] : o.got) flat.insert(flat.end(), {p, q});
-      const auto all = gather(flat);
+      const auto all = dflash_test::gather_ints(flat);
       for (std::size_t k = 0; k + 1 < all.size(); k += 2) v.got[run].emplace_back(all[k], all[k + 1]);
     }
     int verdict = 0;
