@@ -16,6 +16,7 @@ packages=(
   gnuplot-nox               # scripts/bench.sh plots
   libtbb-dev libconcurrentqueue-dev  # benchmark-only anchors (oneTBB, moodycamel); the build works without them
   python3                   # scripts/ helpers (checks only, never the library)
+  python3-dev pybind11-dev  # the Python module over the example pipeline (examples/python)
   libopenmpi-dev openmpi-bin  # optional MPI layer (include/dflash/mpi), its tests and benchmark
 )
 
@@ -50,6 +51,15 @@ dlpack_root=build/_deps/dlpack
 if [[ ! -f $dlpack_root/include/dlpack/dlpack.h ]]; then
   if ! python3 scripts/fetch_dlpack.py "$dlpack_root"; then
     echo "setup: could not fetch the DLPack header (offline?): DLPack export is built without its tests" >&2
+  fi
+fi
+
+# NumPy for the Python example and the module's tests, into the python3 on PATH (the one the
+# module is built for; Debian's python3-numpy serves only Debian's own interpreter). Pinned:
+# 2.x takes versioned DLPack capsules. Optional: without it those tests are off.
+if ! python3 -c "import numpy" 2>/dev/null; then
+  if ! python3 -m pip install --quiet --disable-pip-version-check "numpy==2.2.6"; then
+    echo "setup: could not install NumPy (offline?): the Python example's tests are off" >&2
   fi
 fi
 
