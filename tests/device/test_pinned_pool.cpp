@@ -53,6 +53,32 @@ TEST_CASE("a block given back with a stream is reused only after that stream's w
   backend.destroy_stream(s);
 }
 
+TEST_CASE("a block marked used_on a stream and dropped later is reused only after that work", "[pinned_pool]") {
+  watchdog wd("pinned_pool used_on");
+  B backend;
+  auto s = backend.create_stream();
+  {
+    pool_t pool(backend, 1 << 20);
+    auto a = pool.acquire(1000);
+    void* first = a.data();
+    std::promise<void> gate;
+    backend.enqueue(s, [f = gate.get_future().share()] { f.wait(); });  // the copy into the block, pending
+    a.used_on(s);
+    backend.enqueue(s, [] {});  // later work on s: not the block's
+    a.reset();                  // the host is done with it before the stream is
+    auto b = pool.acquire(1000);
+    CHECK(b.data() != first);  // its marked work is pending: not reused
+    gate.set_value();
+    backend.synchronize(s);
+    b.reset();
+    auto c = pool.acquire(1000);
+    auto d = pool.acquire(1000);
+    CHECK(((c.data() == first) || (d.data() == first)));  // reused once the work completed
+    CHECK(pool.stats().allocations == 2);
+  }
+  backend.destroy_stream(s);
+}
+
 TEST_CASE("once warm, the per-item path allocates no pinned memory from the backend; at the bound it waits",
           "[pinned_pool]") {
   watchdog wd("pinned_pool per item");

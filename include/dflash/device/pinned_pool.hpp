@@ -10,6 +10,9 @@
 //   ...                                                 // the consumer reads it after the copy
 //   pool.give_back(std::move(blk), s);                  // reused only after s's work so far
 //
+// A block the host reads after the copy (results unpacked by a later stage) is marked instead,
+// blk.used_on(s) right after the copy is enqueued, and dropped whenever the host is done with it.
+//
 // A block given back with a stream is handed out again only once the work enqueued on that
 // stream before it completed: an event recorded there, queried, never waited on by the host on
 // this path. Sizes are rounded up to a power of two (at least 256 bytes) so requests of varying
@@ -74,10 +77,17 @@ class pinned_pool {
     }
     ~block() { reset(); }
     [[nodiscard]] void* data() const noexcept { return s_.p; }
+    /// Marks the work enqueued on `s` so far as the block's last device use: dropped later (on
+    /// any thread, after the stream may be gone), it is reused only once that work completed.
+    /// For a block the host keeps past its copy (results read after the stream's event).
+    void used_on(typename B::stream_type s) {
+      pool_->b_.record(s_.done, s);
+      s_.recorded = true;
+    }
     [[nodiscard]] std::size_t size() const noexcept { return s_.bytes; }
     explicit operator bool() const noexcept { return pool_ != nullptr; }
     void reset() noexcept {
-      if (pool_) std::exchange(pool_, nullptr)->put(s_, false);
+      if (pool_) std::exchange(pool_, nullptr)->put(s_, s_.recorded);
     }
 
    private:
