@@ -10,10 +10,11 @@
 // pipeline made it wait for the item's event. No CUDA host functions: CUDA runs
 // them on one thread with the stream stalled behind them, and the stage's
 // device time (postprocess.gpu) would count their CPU time.
-// Pinned blocks come from a pool: a block is the step's own from its inputs to
-// its unpacking, so neither the host thread nor a later step can overwrite
-// what a copy still reads; each block's event (recorded after its step's last
-// copy) says when the pool may hand it out again.
+// Pinned blocks come from a bounded dflash::pinned_pool: a block is the step's
+// own from its inputs to its unpacking, so neither the host thread nor a later
+// step can overwrite what a copy still reads; the block is marked used on the
+// stream after its step's last copy, and the pool hands it out again only once
+// that copy completed. No cudaMallocHost / cudaFreeHost per step once warm.
 // enqueue_rows (--hs-link rows) reads a batch of the hs_rows ring instead: a
 // gather kernel copies its rows (the count read on the device) into the fixed
 // --seq-len layout, padding the rest; document ids and positions come from two
@@ -29,7 +30,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -37,7 +40,9 @@
 #include <utility>
 #include <vector>
 
+#include <dflash/device/cuda_backend.hpp>
 #include <dflash/device/cuda_check.hpp>
+#include <dflash/device/pinned_pool.hpp>
 #include <dflash/ops/anchors.cuh>
 #include <dflash/ops/block_mask.cuh>
 #include <dflash/ops/doc_ids.cuh>
@@ -168,73 +173,41 @@ T* at(std::byte* base, std::size_t offset) noexcept {
   return reinterpret_cast<T*>(base + offset);
 }
 
-/// One step's pinned host memory: results at [0, out_bytes) (the D2H copy's
-/// layout), inputs from inputs_at(l) on (the H2D copy's source).
-struct staging_block {
-  std::byte* p = nullptr;
-  std::size_t cap = 0;
-  cudaEvent_t done = nullptr;  ///< recorded after the step's last copy from / into p
-};
+// A step's pinned block: results at [0, out_bytes) (the D2H copy's layout), inputs from
+// inputs_at(l) on (the H2D copy's source).
 [[nodiscard]] inline std::size_t inputs_at(const layout& l) noexcept { return align_up(l.out_bytes); }
 [[nodiscard]] inline std::size_t block_bytes(const layout& l) noexcept { return inputs_at(l) + l.in_bytes; }
 
-/// The pinned blocks, reused. take() hands out only a block whose last step
-/// has completed on the device (its event), so a result dropped before its
-/// step ran (an error path) cannot have its block overwritten in flight.
-/// Blocks are sized for the largest step the shapes allow, so varying token
-/// counts reuse them; a block outgrown by a larger shape stays in the pool
-/// unused (cudaFreeHost may synchronise the device: only the destructor frees).
-class staging_pool {
- public:
-  staging_pool() = default;
-  staging_pool(const staging_pool&) = delete;
-  staging_pool& operator=(const staging_pool&) = delete;
-  ~staging_pool() {
-    for (staging_block& b : free_) destroy(b);
-  }
+using pinned_pool = dflash::pinned_pool<dflash::cuda_backend>;
 
-  /// A free block of at least `need` bytes; a new one of `want` bytes if none.
-  [[nodiscard]] staging_block take(std::size_t need, std::size_t want) {
+/// The postprocessor's pinned blocks: a dflash::pinned_pool, made at the first step (its bound
+/// is `blocks` of the largest size the step's shapes allow), on the device current then.
+/// Blocks are sized for that largest step, so varying token counts reuse them; cudaFreeHost
+/// may synchronise the device, so only the pool's destructor frees.
+class staging {
+ public:
+  explicit staging(std::size_t blocks) : blocks_(blocks) {}
+  [[nodiscard]] pinned_pool::block take(std::size_t want) {
+    pinned_pool* p = nullptr;
     {
       const std::lock_guard lock(mu_);
-      for (auto it = free_.begin(); it != free_.end(); ++it) {
-        if (it->cap < need) continue;
-        if (!dflash::cuda_ready(cudaEventQuery(it->done), "device_postprocess: cudaEventQuery")) continue;
-        const staging_block b = *it;
-        free_.erase(it);
-        return b;
-      }
+      if (!pool_) pool_ = std::make_unique<pinned_pool>(backend_, blocks_ * pinned_pool::size_class(want));
+      p = pool_.get();
     }
-    staging_block b;
-    b.cap = std::max<std::size_t>({need, want, 1});
-    void* q = nullptr;
-    check(cudaMallocHost(&q, b.cap), "device_postprocess: cudaMallocHost");
-    b.p = static_cast<std::byte*>(q);
-    if (const cudaError_t e = cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming); e != cudaSuccess) {
-      (void)cudaFreeHost(q);
-      check(e, "device_postprocess: cudaEventCreate");
-    }
-    return b;
+    return p->acquire(want);
   }
-  void give_back(const staging_block& b) noexcept {
-    try {
-      const std::lock_guard lock(mu_);
-      free_.push_back(b);
-      return;
-    } catch (...) {  // no memory for the list: free the block instead
-    }
-    staging_block gone = b;
-    destroy(gone);
+  [[nodiscard]] std::optional<dflash::pinned_pool_stats> stats() const {
+    const std::lock_guard lock(mu_);
+    if (!pool_) return std::nullopt;
+    return pool_->stats();
   }
+  dflash::cuda_backend& backend() noexcept { return backend_; }
 
  private:
-  static void destroy(staging_block& b) noexcept {
-    (void)cudaEventSynchronize(b.done);  // its last copy, if one is still in flight
-    (void)cudaFreeHost(b.p);
-    (void)cudaEventDestroy(b.done);
-  }
-  std::mutex mu_;
-  std::vector<staging_block> free_;
+  std::size_t blocks_;
+  dflash::cuda_backend backend_;  // before pool_: the pool is destroyed first
+  mutable std::mutex mu_;
+  std::unique_ptr<pinned_pool> pool_;
 };
 
 }  // namespace postprocess_detail
@@ -361,8 +334,8 @@ void validate(const device_output& out, const dims& n) {
 }  // namespace
 
 struct device_result::state {
-  std::shared_ptr<staging_pool> pool;  // the block goes back here; keeps the pool alive
-  staging_block block;
+  std::shared_ptr<staging> pool;  // keeps the pool alive while the block is out (declared first: freed last)
+  pinned_pool::block block;       // goes back when the state is destroyed, reused after its marked copy
   layout l{};
   dims n{};
   std::int32_t expected_tokens = 0;
@@ -370,9 +343,8 @@ struct device_result::state {
   state() = default;
   state(const state&) = delete;
   state& operator=(const state&) = delete;
-  ~state() {
-    if (block.p) pool->give_back(block);
-  }
+  ~state() = default;
+  [[nodiscard]] std::byte* bytes() const noexcept { return static_cast<std::byte*>(block.data()); }
 };
 
 device_result::device_result() noexcept = default;
@@ -386,7 +358,7 @@ void device_result::unpack(const device_output& out) const {
   const dims& n = s_->n;
   const layout& l = s_->l;
   validate(out, n);
-  const std::byte* staged = s_->block.p;
+  const std::byte* staged = s_->bytes();
   auto copy = [staged](auto* dst, std::size_t offset, std::size_t count) {
     if (count) std::memcpy(dst, staged + offset, count * sizeof(*dst));
   };
@@ -418,7 +390,8 @@ void device_result::unpack(const device_output& out) const {
 }
 
 struct device_postprocessor::impl {
-  std::shared_ptr<staging_pool> pool = std::make_shared<staging_pool>();  // results in flight share it
+  explicit impl(std::size_t staging_blocks) : pool(std::make_shared<staging>(staging_blocks)) {}
+  std::shared_ptr<staging> pool;  // results in flight share it
   std::mutex mu;  // guards `streams` (the map, not the states: one thread per stream)
   std::unordered_map<cudaStream_t, std::unique_ptr<stream_state>> streams;
 
@@ -435,7 +408,7 @@ struct device_postprocessor::impl {
     r->pool = pool;
     r->l = l;
     r->n = n;
-    r->block = pool->take(need, want);
+    r->block = pool->take(std::max(need, want));
     return r;
   }
 
@@ -455,11 +428,15 @@ struct device_postprocessor::impl {
       if (l.total > st.arena_cap) st.ensure_arena(l.total, std::max(want, l.total), s);
       enqueue(st.arena);
       // Every result -> the block, one copy; the block is free again once it completed.
-      check(cudaMemcpyAsync(result->block.p, st.arena, l.out_bytes, cudaMemcpyDeviceToHost, s),
+      check(cudaMemcpyAsync(result->bytes(), st.arena, l.out_bytes, cudaMemcpyDeviceToHost, s),
             "device_postprocess: copy back");
-      check(cudaEventRecord(result->block.done, s), "device_postprocess: cudaEventRecord");
+      result->block.used_on(s);  // the block's last device use: reused only after this copy
     } catch (...) {
-      (void)cudaEventRecord(result->block.done, s);
+      try {
+        result->block.used_on(s);
+      } catch (...) {  // the stream failed: wait for whatever it still runs before the block goes back
+        dflash::detail::quiet_synchronize(pool->backend(), s);
+      }
       (void)cudaEventRecord(st.done, s);
       throw;
     }
@@ -492,9 +469,13 @@ std::string device_postprocessor::probe() {
   return {};
 }
 
-device_postprocessor::device_postprocessor() {
+device_postprocessor::device_postprocessor(std::size_t staging_blocks) {
   if (const std::string why = probe(); !why.empty()) throw std::runtime_error(why);
-  impl_ = std::make_unique<impl>();
+  impl_ = std::make_unique<impl>(staging_blocks);
+}
+
+std::optional<dflash::pinned_pool_stats> device_postprocessor::staging_stats() const {
+  return impl_->pool->stats();
 }
 device_postprocessor::~device_postprocessor() = default;
 
@@ -514,7 +495,7 @@ device_result device_postprocessor::enqueue(const device_job& job, void* stream)
 
   // 1. Inputs, written by this thread into the step's own block (no copy reads
   //    it yet): seq_lens = {tokens}, lengths, the packed loss mask.
-  std::byte* const in = result->block.p + inputs_at(l);
+  std::byte* const in = result->bytes() + inputs_at(l);
   std::memcpy(in + l.seq_len, &job.tokens, sizeof(std::int32_t));
   if (n.docs) std::memcpy(in + l.lengths, job.lengths.data(), n.docs * sizeof(std::int32_t));
   if (n.tokens) std::memcpy(in + l.loss, job.loss_mask.data(), n.tokens);

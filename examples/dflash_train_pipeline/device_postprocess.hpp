@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <dflash/device/device_rows.hpp>
+#include <dflash/device/pinned_pool.hpp>  // pinned_pool_stats (host code)
 #include <dflash/ops/anchors.hpp>
 #include <dflash/ops/block_mask.hpp>
 
@@ -95,7 +97,10 @@ class device_postprocessor {
   /// Empty when a CUDA device is usable, else why not (no CUDA build, no device, driver error).
   [[nodiscard]] static std::string probe();
 
-  device_postprocessor();  ///< throws std::runtime_error when probe() is not empty
+  /// Throws std::runtime_error when probe() is not empty. Results wait in pinned blocks of a
+  /// pool that holds at most `staging_blocks` of the largest step (hs_staging.hpp's
+  /// staging_blocks: every step that can be in flight at once).
+  explicit device_postprocessor(std::size_t staging_blocks);
   ~device_postprocessor();
   device_postprocessor(const device_postprocessor&) = delete;
   device_postprocessor& operator=(const device_postprocessor&) = delete;
@@ -109,6 +114,8 @@ class device_postprocessor {
   /// read on the device), documents and positions from the rows' document
   /// ids (a CUB scan), anchors among the counted tokens, the block mask.
   [[nodiscard]] device_result enqueue_rows(const rows_job& job, void* stream);
+  /// The pinned pool's counts; empty before the first step.
+  [[nodiscard]] std::optional<dflash::pinned_pool_stats> staging_stats() const;
 
  private:
   struct impl;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -16,6 +17,7 @@
 #include <dflash/dflash.hpp>
 
 #include "device_postprocess.hpp"
+#include "hs_staging.hpp"
 #include "payloads.hpp"
 #include "setup.hpp"
 
@@ -47,13 +49,26 @@ struct postprocess {
   static constexpr bool rows = std::is_same_v<In, HsRows<B>>;
   static_assert(rows || std::is_same_v<In, HsSlot<B>>, "postprocess: In is HsSlot<B> or HsRows<B>");
 
-  postprocess(const P& p, const Setup* s, device_postprocessor* dev) noexcept : prof(p), setup(s), device(dev) {}
+  postprocess(const P& p, const Setup* s, device_postprocessor* dev)
+      : prof(p),
+        setup(s),
+        device(dev),
+        staging(std::make_shared<hs_staging<B>>(staging_bound(
+            s->opts, static_cast<std::size_t>(s->opts.seq_len) * static_cast<std::size_t>(s->target.feature_dim()) *
+                         sizeof(float)))) {}
 
   [[no_unique_address]] dflash::profiler_ref<P, keys> prof;  // keys checked in every build
   const Setup* setup;
   device_postprocessor* device = nullptr;  ///< the CUDA path's kernels and pinned buffers
+  std::shared_ptr<hs_staging<B>> staging;  ///< the host twin's pinned staging (CUDA: the device's own pool)
   dflash::ops::tile_shape tile{128, 128};
-  std::int64_t batches = 0;  ///< --hs-link rows: batches popped so far (one worker: the pop order)
+  std::int64_t batches = 0;
+
+  /// The pinned staging pool's counts (empty before the first item, or without one).
+  [[nodiscard]] std::optional<dflash::pinned_pool_stats> staging_stats() const {
+    if constexpr (on_host_twin) return staging->stats();
+    else return device ? device->staging_stats() : std::nullopt;
+  }  ///< --hs-link rows: batches popped so far (one worker: the pop order)
 
   std::unique_ptr<HsItem> operator()(HsRows<B>& in, const dflash::device_stream<B>& s)
     requires rows
@@ -103,9 +118,16 @@ struct postprocess {
     const dflash::ops::anchor_params ap = setup->anchor_params(in.step);
     if constexpr (on_host_twin) {
       size_outputs(*out, D, N);
+      // The packed states stage through pinned memory as the CUDA path's do; the block goes back
+      // once the stream's work below has read it.
+      auto& pool = staging->pool(s.backend());
+      auto block = pool.acquire(out->hidden.size() * sizeof(float));
       // The stream's work: reads the slot (after the pipeline's wait on it), writes *item.
       s.enqueue([this, item = out.get(), padded = in.hidden.data(), lengths = tb.lengths, docs = tb.num_docs(),
-                 seq = tb.seq, mp, ap] { run_host(padded, lengths, docs, seq, *item, mp, ap); });
+                 seq = tb.seq, mp, ap, pinned = static_cast<float*>(block.data())] {
+        run_host(padded, lengths, docs, seq, *item, mp, ap, pinned);
+      });
+      pool.give_back(std::move(block), s.native());
     } else {
       run_device(in, *out, mp, ap, s);
     }
@@ -114,17 +136,18 @@ struct postprocess {
 
  private:
   void run_host(const float* padded, const std::vector<std::int32_t>& lengths, std::int32_t docs, std::int32_t seq,
-                HsItem& out, const dflash::ops::block_mask_params& mp, const dflash::ops::anchor_params& ap) const {
+                HsItem& out, const dflash::ops::block_mask_params& mp, const dflash::ops::anchor_params& ap,
+                float* pinned) const {
     const std::int32_t S = out.num_tokens(), D = setup->target.feature_dim();
     const std::size_t padded_n = static_cast<std::size_t>(docs) * static_cast<std::size_t>(seq) * static_cast<std::size_t>(D);
     dflash::ops::doc_ids(std::span<const std::int32_t>(lengths), std::span(out.doc_ids), std::span(out.pos), prof);
-    std::vector<float> staging(out.hidden.size());
     std::vector<std::int32_t> cu(lengths.size() + 1);
     dflash::ops::pack_hidden_states(std::span<const float>(padded, padded_n), {docs, seq, D},
-                                    std::span<const std::int32_t>(lengths), std::span(staging), std::span(cu), prof);
+                                    std::span<const std::int32_t>(lengths), std::span(pinned, out.hidden.size()),
+                                    std::span(cu), prof);
     {
-      auto t = prof->scope("copy"_key);  // stands for the device -> pinned host copy
-      std::memcpy(out.hidden.data(), staging.data(), out.hidden.size() * sizeof(float));
+      auto t = prof->scope("copy"_key);  // stands for pinned -> the item's memory (the CUDA path's unpack)
+      std::memcpy(out.hidden.data(), pinned, out.hidden.size() * sizeof(float));
     }
     anchors_and_mask(out, S, mp, ap);
   }

@@ -42,6 +42,7 @@ struct RunResult {
   std::string advice;  ///< profiled build: the bottleneck and what-if section of the whole run
   std::optional<advised> advice_data;  ///< profiled build: the same advice, as data (--validate)
   std::string link_counts;  ///< --hs-link rows: what the hs_rows link counted (rows, batches, fill)
+  std::string staging;      ///< the pinned staging pool's counts (allocations, reuses, high water)
   [[nodiscard]] double tokens_per_second() const noexcept {
     return seconds > 0 ? static_cast<double>(log.tokens) / seconds : 0.0;
   }
@@ -156,6 +157,7 @@ RunResult run_pipeline(const Setup& setup, const P& prof, Stats& stats, Console&
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   reporter.stop();
+  r.staging = staging_line(p.template stage<pipeline::template stage_index<"postprocess">>().staging_stats());
   if constexpr (rows) {
     constexpr std::size_t hs = pipeline::template link_index<"hs_rows">;
     r.link_counts = row_link_line(p.template link<hs>().stats(), shape.depths[hs]);
@@ -302,7 +304,7 @@ int train_main(int argc, char** argv) {
       cuda.set_device(o.gpus.front());  // the postprocess's device: its state is made on it
     }
 #endif
-    device = std::make_unique<device_postprocessor>();
+    device = std::make_unique<device_postprocessor>(staging_blocks(o));
   }
 
 #if __has_include(<unistd.h>)
@@ -356,6 +358,7 @@ int train_main(int argc, char** argv) {
       r = run_training(setup, none, none, console, device.get());
     }
     if (!r.link_counts.empty()) console.block(r.link_counts);
+    if (!r.staging.empty()) console.block(r.staging);
     print_result(console, r);
     if (!o.results.empty()) write_results(o.results, r);
   } catch (const std::exception& e) {

@@ -150,6 +150,45 @@ TEST_CASE("the pipeline runs with runtime worker counts and queue depths", "[exa
   CHECK_THROWS_WITH(make(shape), Catch::Contains("stage 1 needs at least one worker"));
 }
 
+TEST_CASE("the postprocess stages through a bounded pinned pool: no pinned allocation per item once warm",
+          "[example]") {
+  using profiler = dflash::NullProfiler;
+  using pipeline = train_pipeline_twin<profiler>;
+  using B = dflash::host_stream_backend;
+  Options o = small();
+  o.steps = 64;
+  o.target_workers = 1;
+  o.hs_queue_depth = 2;  // a bound of staging_blocks(o) = 7 blocks
+  o.post_link_depth = 1;
+  const Setup setup(o);
+  profiler prof;
+  Drafter drafter(setup.drafter_cfg);
+  TrainLog log;
+  Console console(stdout, false, true);
+  auto shape = pipeline::default_shape();
+  shape.workers[pipeline::stage_index<"target_forward">] = 1;
+  shape.depths[pipeline::link_index<"hs_device">] = 1;
+  shape.depths[pipeline::link_index<"hs_queue">] = 2;
+  pipeline p(prof, shape, batch_source(&setup), target_forward<profiler, B>(prof, &setup, 1),
+             postprocess<profiler, B>(prof, &setup, nullptr),
+             drafter_train<profiler>(prof, &drafter, &log, &console, o.steps, 0.0));
+  p.run_to_completion();
+  REQUIRE(log.digests.size() == 64);
+  const auto pool = p.stage<pipeline::stage_index<"postprocess">>().staging_stats();
+  REQUIRE(pool.has_value());
+  // Every item took a block, allocated or reused; the bound caps how many were ever allocated.
+  CHECK(pool->allocations + pool->reuses == 64);
+  CHECK(pool->bound == staging_bound(o, static_cast<std::size_t>(o.seq_len) *
+                                            static_cast<std::size_t>(setup.target.feature_dim()) * sizeof(float)));
+  CHECK(pool->high_water <= pool->bound);
+  CHECK(pool->bytes_in_use == 0);  // every block came back
+  // The pipeline's backend counts every pinned allocation of the run: the pool's blocks and the
+  // target worker's grow-to-fit input buffers. 64 items make a handful, not one each.
+  const std::uint64_t host = p.backend().stats().host_allocations;
+  CHECK(host >= pool->allocations);
+  CHECK(host < 16);
+}
+
 TEST_CASE("CLI: values are parsed and bad input is a usage error", "[example][cli]") {
   Options o;
   CHECK(parse({"--steps", "7", "--target-workers", "3", "--hs-queue-depth", "5", "--profile-interval", "0.5",
