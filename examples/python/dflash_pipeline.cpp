@@ -191,6 +191,7 @@ class run_base {
   virtual void stop(dflash::stop_mode) noexcept = 0;
   virtual void join_runner() = 0;
   [[nodiscard]] virtual dflash::analysis::pipeline_layout layout() const = 0;
+  [[nodiscard]] virtual std::optional<dflash::pinned_pool_stats> staging_stats() = 0;
 };
 
 template <class B>
@@ -220,6 +221,9 @@ class run_on final : public run_base {
     if (runner_.joinable()) runner_.join();
   }
   [[nodiscard]] dflash::analysis::pipeline_layout layout() const override { return p_.layout(); }
+  [[nodiscard]] std::optional<dflash::pinned_pool_stats> staging_stats() override {
+    return p_.template stage<pipeline::template stage_index<"postprocess">>().staging_stats();
+  }
 
  private:
   static typename pipeline::shape_type shape_for(const ex::Options& o) {
@@ -353,6 +357,7 @@ class hidden_states {
       run_->join_runner();
     }
     layout_ = run_->layout();
+    staging_ = run_->staging_stats();
     run_.reset();
   }
 
@@ -372,8 +377,16 @@ class hidden_states {
       a.units_per_item = static_cast<double>(tokens_.load()) / delivered;
     }
     const std::string advice = dflash::analysis::format_advice(dflash::analysis::advise(snap, lay, a), a);
-    if (format == "json") return "{\"profile\":" + stats_.summary(r) + ",\"advice\":" + advice + "}";
-    return stats_.summary(r) + advice;
+    const std::optional<dflash::pinned_pool_stats> st = run_ ? run_->staging_stats() : staging_;
+    if (format == "json") {
+      std::string staging = "null";
+      if (st)
+        staging = "{\"allocations\":" + std::to_string(st->allocations) + ",\"reuses\":" + std::to_string(st->reuses) +
+                  ",\"high_water_bytes\":" + std::to_string(st->high_water) +
+                  ",\"bound_bytes\":" + std::to_string(st->bound) + "}";
+      return "{\"profile\":" + stats_.summary(r) + ",\"advice\":" + advice + ",\"staging\":" + staging + "}";
+    }
+    return stats_.summary(r) + advice + ex::staging_line(st);
   }
 
   [[nodiscard]] std::uint64_t delivered() const { return out_.taken(); }
@@ -389,6 +402,7 @@ class hidden_states {
   double cpu0_ = 0;
   std::unique_ptr<run_base> run_;
   dflash::analysis::pipeline_layout layout_;  // kept for profile() after close()
+  std::optional<dflash::pinned_pool_stats> staging_;
 };
 
 }  // namespace

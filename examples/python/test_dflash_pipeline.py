@@ -141,6 +141,10 @@ class Delivery(unittest.TestCase):
         self.assertEqual(keys["drafter.wait"]["count"], steps + 1)  # + the wait that found the end
         self.assertTrue(prof["advice"]["bottleneck"]["ok"], prof["advice"])
         self.assertIn("limiting stage", table)
+        staging = prof["staging"]  # the pinned staging pool: a few blocks, reused for every step
+        self.assertEqual(staging["allocations"] + staging["reuses"], steps)
+        self.assertLessEqual(staging["high_water_bytes"], staging["bound_bytes"])
+        self.assertIn("hs staging (pinned pool)", table)
 
     def test_same_batches_as_a_second_run(self):
         def digests():
