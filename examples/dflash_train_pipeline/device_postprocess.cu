@@ -180,10 +180,12 @@ T* at(std::byte* base, std::size_t offset) noexcept {
 
 using pinned_pool = dflash::pinned_pool<dflash::cuda_backend>;
 
-/// The postprocessor's pinned blocks: a dflash::pinned_pool, made at the first step (its bound
-/// is `blocks` of the largest size the step's shapes allow), on the device current then.
-/// Blocks are sized for that largest step, so varying token counts reuse them; cudaFreeHost
-/// may synchronise the device, so only the pool's destructor frees.
+/// The postprocessor's pinned blocks: a dflash::pinned_pool made at the first step, its bound
+/// `blocks` of that step's request. Every request of a run is the same size, for the largest
+/// step (enqueue: max_tokens packed tokens; enqueue_rows: the run's one shape), so blocks are
+/// reused whatever a step's token and document counts; cudaFreeHost may synchronise the
+/// device, so only the pool's destructor frees. A block's event is made on the device current
+/// when it is allocated: the postprocess worker's (one device per postprocessor).
 class staging {
  public:
   explicit staging(std::size_t blocks) : blocks_(blocks) {}
@@ -201,7 +203,6 @@ class staging {
     if (!pool_) return std::nullopt;
     return pool_->stats();
   }
-  dflash::cuda_backend& backend() noexcept { return backend_; }
 
  private:
   std::size_t blocks_;
@@ -390,8 +391,10 @@ void device_result::unpack(const device_output& out) const {
 }
 
 struct device_postprocessor::impl {
-  explicit impl(std::size_t staging_blocks) : pool(std::make_shared<staging>(staging_blocks)) {}
+  impl(std::size_t staging_blocks, std::int32_t max_tokens)
+      : pool(std::make_shared<staging>(staging_blocks)), max_tokens(max_tokens) {}
   std::shared_ptr<staging> pool;  // results in flight share it
+  std::int32_t max_tokens;        // the most packed tokens a step has: sizes every block
   std::mutex mu;  // guards `streams` (the map, not the states: one thread per stream)
   std::unordered_map<cudaStream_t, std::unique_ptr<stream_state>> streams;
 
@@ -434,8 +437,7 @@ struct device_postprocessor::impl {
     } catch (...) {
       try {
         result->block.used_on(s);
-      } catch (...) {  // the stream failed: wait for whatever it still runs before the block goes back
-        dflash::detail::quiet_synchronize(pool->backend(), s);
+      } catch (...) {  // the stream failed; used_on waited for what it still ran
       }
       (void)cudaEventRecord(st.done, s);
       throw;
@@ -469,9 +471,10 @@ std::string device_postprocessor::probe() {
   return {};
 }
 
-device_postprocessor::device_postprocessor(std::size_t staging_blocks) {
+device_postprocessor::device_postprocessor(std::size_t staging_blocks, std::int32_t max_tokens) {
+  if (max_tokens < 1) throw std::invalid_argument("device_postprocessor: max_tokens must be positive");
   if (const std::string why = probe(); !why.empty()) throw std::runtime_error(why);
-  impl_ = std::make_unique<impl>(staging_blocks);
+  impl_ = std::make_unique<impl>(staging_blocks, max_tokens);
 }
 
 std::optional<dflash::pinned_pool_stats> device_postprocessor::staging_stats() const {
@@ -490,7 +493,14 @@ device_result device_postprocessor::enqueue(const device_job& job, void* stream)
   const std::int64_t most = std::min<std::int64_t>(std::int64_t{job.docs} * job.seq, dflash::ops::anchor_max_seq);
   const layout big = layout_for(dims_for(job, static_cast<std::int32_t>(std::max<std::int64_t>(most, job.tokens))));
 
-  auto result = d.new_result(l, n, block_bytes(l), std::max(block_bytes(big), block_bytes(l)));
+  // The block: one size for every step of the run, that of a step of max_tokens tokens in as
+  // many documents (a document has a token at least), so the pool reuses every block.
+  dims largest = dims_for(job, std::max(job.tokens, d.max_tokens));
+  largest.docs = std::max(largest.docs, largest.tokens);
+  const std::size_t block = block_bytes(layout_for(largest));
+  require(block_bytes(l) <= block, "a step of " + std::to_string(job.tokens) + " tokens in " +
+                                       std::to_string(job.docs) + " documents outgrows the staging block");
+  auto result = d.new_result(l, n, block_bytes(l), block);
   result->expected_tokens = job.tokens;
 
   // 1. Inputs, written by this thread into the step's own block (no copy reads

@@ -11,6 +11,7 @@
 // so ONE .cu TU serves every variant. Builds without CUDA link
 // device_postprocess_none.cpp, whose probe() says so.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -98,9 +99,11 @@ class device_postprocessor {
   [[nodiscard]] static std::string probe();
 
   /// Throws std::runtime_error when probe() is not empty. Results wait in pinned blocks of a
-  /// pool that holds at most `staging_blocks` of the largest step (hs_staging.hpp's
-  /// staging_blocks: every step that can be in flight at once).
-  explicit device_postprocessor(std::size_t staging_blocks);
+  /// pool that holds at most `staging_blocks` of them (hs_staging.hpp's staging_blocks: every
+  /// step that can be in flight at once); every block is sized for a step of `max_tokens`
+  /// packed tokens (--seq-len), so one size serves every step and the bound is exact. A run
+  /// uses enqueue or enqueue_rows, not both.
+  device_postprocessor(std::size_t staging_blocks, std::int32_t max_tokens);
   ~device_postprocessor();
   device_postprocessor(const device_postprocessor&) = delete;
   device_postprocessor& operator=(const device_postprocessor&) = delete;

@@ -17,7 +17,7 @@ const char* probe_text() {
 
 std::string device_postprocessor::probe() { return probe_text(); }
 
-device_postprocessor::device_postprocessor(std::size_t) { throw std::runtime_error(probe()); }
+device_postprocessor::device_postprocessor(std::size_t, std::int32_t) { throw std::runtime_error(probe()); }
 std::optional<dflash::pinned_pool_stats> device_postprocessor::staging_stats() const { return std::nullopt; }
 device_postprocessor::~device_postprocessor() = default;
 

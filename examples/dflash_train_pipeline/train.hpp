@@ -304,7 +304,7 @@ int train_main(int argc, char** argv) {
       cuda.set_device(o.gpus.front());  // the postprocess's device: its state is made on it
     }
 #endif
-    device = std::make_unique<device_postprocessor>(staging_blocks(o));
+    device = std::make_unique<device_postprocessor>(staging_blocks(o), o.seq_len);
   }
 
 #if __has_include(<unistd.h>)

@@ -305,7 +305,7 @@ class hidden_states {
     if (o.device == ex::device_kind::cuda) {
       if (const std::string why = ex::device_postprocessor::probe(); !why.empty())
         throw std::runtime_error("dflash_pipeline.HiddenStates: device='cuda': " + why);
-      device_ = std::make_unique<ex::device_postprocessor>(ex::staging_blocks(o));
+      device_ = std::make_unique<ex::device_postprocessor>(ex::staging_blocks(o), o.seq_len);
     }
     setup_ = std::make_unique<ex::Setup>(o);
     cpu0_ = ex::process_cpu_ns();

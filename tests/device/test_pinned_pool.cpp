@@ -79,6 +79,32 @@ TEST_CASE("a block marked used_on a stream and dropped later is reused only afte
   backend.destroy_stream(s);
 }
 
+TEST_CASE("a block marked on one stream and given back on another waits for both", "[pinned_pool]") {
+  watchdog wd("pinned_pool two marks");
+  B backend;
+  auto s1 = backend.create_stream(), s2 = backend.create_stream();
+  {
+    pool_t pool(backend, 1 << 20);
+    auto a = pool.acquire(1000);
+    void* first = a.data();
+    std::promise<void> gate1;
+    backend.enqueue(s1, [f = gate1.get_future().share()] { f.wait(); });  // pending on s1
+    a.used_on(s1);
+    pool.give_back(std::move(a), s2);  // s2 has no work of its own: it waits for s1's mark first
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // s2 would be done by now had it not
+    auto b = pool.acquire(1000);
+    CHECK(b.data() != first);  // s1's work is still pending
+    gate1.set_value();
+    backend.synchronize(s1);
+    backend.synchronize(s2);
+    auto c = pool.acquire(1000);
+    CHECK(c.data() == first);
+    CHECK_THROWS_AS(pool_t::block{}.used_on(s1), std::logic_error);
+  }
+  backend.destroy_stream(s1);
+  backend.destroy_stream(s2);
+}
+
 TEST_CASE("once warm, the per-item path allocates no pinned memory from the backend; at the bound it waits",
           "[pinned_pool]") {
   watchdog wd("pinned_pool per item");

@@ -10,6 +10,8 @@
 //   ...                                                 // the consumer reads it after the copy
 //   pool.give_back(std::move(blk), s);                  // reused only after s's work so far
 //
+// give_back and used_on may be combined and repeated: a block is reused only after every work
+// they marked.
 // A block the host reads after the copy (results unpacked by a later stage) is marked instead,
 // blk.used_on(s) right after the copy is enqueued, and dropped whenever the host is done with it.
 //
@@ -61,8 +63,8 @@ class pinned_pool {
   };
 
  public:
-  /// A block of pinned memory; move-only. Dropped without give_back, it returns at once (no
-  /// work of any stream may still use it).
+  /// A block of pinned memory; move-only. Dropped without give_back, it returns at once: reusable
+  /// at once, or, once marked with used_on, after the work marked.
   class block {
    public:
     block() = default;
@@ -80,9 +82,11 @@ class pinned_pool {
     /// Marks the work enqueued on `s` so far as the block's last device use: dropped later (on
     /// any thread, after the stream may be gone), it is reused only once that work completed.
     /// For a block the host keeps past its copy (results read after the stream's event).
+    /// Marking again (another stream, or give_back later) keeps the earlier marks: the new
+    /// stream waits for them first. A failed record waits for `s` on the host, then rethrows.
     void used_on(typename B::stream_type s) {
-      pool_->b_.record(s_.done, s);
-      s_.recorded = true;
+      if (!pool_) throw std::logic_error("dflash::pinned_pool::block::used_on: an empty block");
+      pool_->mark(s_, s);
     }
     [[nodiscard]] std::size_t size() const noexcept { return s_.bytes; }
     explicit operator bool() const noexcept { return pool_ != nullptr; }
@@ -178,10 +182,9 @@ class pinned_pool {
     if (!blk.pool_) return;
     blk.pool_ = nullptr;
     try {
-      b_.record(blk.s_.done, s);
+      mark(blk.s_, s);
     } catch (...) {
-      detail::quiet_synchronize(b_, s);
-      put(blk.s_, false);
+      put(blk.s_, blk.s_.recorded);
       throw;
     }
     put(blk.s_, true);
@@ -202,6 +205,20 @@ class pinned_pool {
   static constexpr std::size_t min_block = 256;
 
  private:
+  // The block's event marks the work on `s` so far, after any work it marked before (s waits
+  // for that first: one event, several streams). On a failed record the host waits for s.
+  void mark(slab& sl, typename B::stream_type s) {
+    try {
+      if (sl.recorded) b_.wait(s, sl.done);
+      b_.record(sl.done, s);
+    } catch (...) {
+      detail::quiet_synchronize(b_, s);
+      if (sl.recorded) detail::quiet_host_wait(b_, sl.done);
+      sl.recorded = false;  // what it marked has ended
+      throw;
+    }
+    sl.recorded = true;
+  }
   // Cached block i, out of the cache (the rest keep their order).
   slab take_cached(std::size_t i) {
     const slab s = cache_[i];
