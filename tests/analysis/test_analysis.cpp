@@ -210,6 +210,65 @@ TEST_CASE("find_bottleneck: a device stage is judged by its device time when tha
   CHECK(r.stages[1].utilisation == Approx(0.95));
 }
 
+TEST_CASE("find_bottleneck: a device stage whose host launches outlast its device work is launch-bound",
+          "[analysis][bottleneck]") {
+  auto l = three_stages();
+  l.stages[1].device = true;
+  // mid: the host spends 19 ms per item enqueueing, and the device's span per item, its wait for
+  // those launches included, is 19.5 ms; 2 workers, 100 items in 1 s.
+  dflash::profile_snapshot s;
+  s.window_ns = 1'000'000'000;
+  s.keys = {key("src.work", 100, 100'000),    total("src.wait", 100, 980'000'000), total("q.push_wait", 100, 980'000'000),
+            key("mid.work", 100, 19'000'000), key("mid.launch", 100, 19'000'000), key("mid.gpu", 100, 19'500'000),
+            total("mid.wait", 200, 50'000'000), total("r.push_wait", 100, 0), key("sink.work", 100, 1'000'000),
+            total("sink.wait", 100, 890'000'000)};
+  const auto r = da::find_bottleneck(s, l);
+  REQUIRE(r.ok);
+  CHECK(r.limiting == 1);
+  CHECK(r.stages[1].launch_bound);
+  CHECK(r.stages[1].stream_busy == Approx(0.975));
+  CHECK(r.evidence.find("(launches bind)") != std::string::npos);
+  CHECK(r.evidence.find("launch-bound: the host enqueues 19.000 ms per item, the device's time per item is "
+                        "19.500 ms") != std::string::npos);
+  CHECK(da::format_bottleneck(r).find("limiting (launch-bound)") != std::string::npos);
+  const auto j = nlohmann::json::parse(da::format_bottleneck(r, dflash::report_format::json));
+  CHECK(j["stages"][1]["launch_bound"] == true);
+  CHECK(j["stages"][1]["launch_ns"] == Approx(19e6));
+
+  SECTION("the same stage with device work that outlasts its launches is not") {
+    for (auto& k : s.keys)
+      if (k.name == "mid.launch") k = key("mid.launch", 100, 2'000'000);  // 2 ms of launches, 19.5 ms on the device
+    const auto q = da::find_bottleneck(s, l);
+    REQUIRE(q.ok);
+    CHECK_FALSE(q.stages[1].launch_bound);
+    CHECK(q.stages[1].gpu_binds);
+    CHECK(q.evidence.find("launch-bound") == std::string::npos);
+  }
+  SECTION("at the stated ratio: launch >= 0.8 x device time") {
+    for (auto& k : s.keys)
+      if (k.name == "mid.launch") k = key("mid.launch", 100, 15'500'000);  // 0.795 x 19.5 ms: not yet
+    CHECK_FALSE(da::find_bottleneck(s, l).stages[1].launch_bound);
+    for (auto& k : s.keys)
+      if (k.name == "mid.launch") k = key("mid.launch", 100, 15'700'000);  // 0.805 x
+    CHECK(da::find_bottleneck(s, l).stages[1].launch_bound);
+  }
+  SECTION("a launch-bound stage that is not the limiting one gets its own line") {
+    for (auto& k : s.keys) {
+      if (k.name == "mid.work") k = key("mid.work", 100, 5'000'000);
+      if (k.name == "mid.launch") k = key("mid.launch", 100, 5'000'000);
+      if (k.name == "mid.gpu") k = key("mid.gpu", 100, 5'200'000);
+      if (k.name == "sink.work") k = key("sink.work", 100, 9'000'000);
+      if (k.name == "sink.wait") k = total("sink.wait", 100, 50'000'000);
+    }
+    const auto q = da::find_bottleneck(s, l);
+    REQUIRE(q.ok);
+    CHECK(q.limiting == 2);
+    CHECK(q.stages[1].launch_bound);
+    CHECK(da::format_bottleneck(q).find("launch-bound: mid enqueues 5.000 ms per item; its device time per item is "
+                                        "5.200 ms") != std::string::npos);
+  }
+}
+
 TEST_CASE("find_bottleneck: thin or impossible data says 'not enough data'", "[analysis][bottleneck]") {
   const auto l = three_stages();
   SECTION("a handful of items") {

@@ -208,8 +208,8 @@ TEST_CASE("device stages record .gpu from their events with a stateful policy; k
   using keys = dflash::pipeline_keys<twin_pipeline<dflash::NullProfiler>>;
   using expected =
       dflash::key_set<"numbers.wait", "numbers.work", "in_q.push_wait", "in_q.pop_wait", "fill.wait", "fill.work",
-                      "fill.gpu", "fill.age", "fill.age_clock_backwards", "fill.age_gpu_end", "hs_device.push_wait",
-                      "hs_device.pop_wait", "verify.wait", "verify.work", "verify.gpu", "verify.age",
+                      "fill.gpu", "fill.launch", "fill.age", "fill.age_clock_backwards", "fill.age_gpu_end", "hs_device.push_wait",
+                      "hs_device.pop_wait", "verify.wait", "verify.work", "verify.gpu", "verify.launch", "verify.age",
                       "verify.age_clock_backwards", "verify.age_gpu_end", "out_q.push_wait", "out_q.pop_wait", "collect.wait", "collect.work", "collect.age",
                       "collect.age_clock_backwards", "collect.e2e">;
   STATIC_REQUIRE(std::is_same_v<keys, expected>);
@@ -226,6 +226,10 @@ TEST_CASE("device stages record .gpu from their events with a stateful policy; k
   CHECK(snap.find("fill.gpu")->count == 40);
   CHECK(snap.find("verify.gpu")->count == 40);
   CHECK(snap.find("fill.gpu")->min_ns >= 900'000u);
+  // the host's enqueueing per item: the 1 ms sleep is the stream's, not the launch's
+  CHECK(snap.find("fill.launch")->count == 40);
+  CHECK(snap.find("verify.launch")->count == 40);
+  CHECK(snap.find("fill.launch")->total_ns < snap.find("fill.gpu")->total_ns);
   // each item's age when the device work on it ended: after fill's 1 ms of it
   CHECK(snap.find("fill.age_gpu_end")->count == 40);
   CHECK(snap.find("verify.age_gpu_end")->count == 40);

@@ -84,8 +84,11 @@ static_assert(D::slots_at<1> && !D::slots_at<0> && D::output_slot<1>() && D::inp
 static_assert(D::pending_at<2> && !D::pending_at<0> && !D::pending_at<1>);
 static_assert(dflash::link_site<D, 2>::carries_pending && dflash::link_site<D, 2>::producer_on_device &&
               !dflash::link_site<D, 2>::consumer_on_device && !dflash::link_site<D, 0>::in_order_downstream);
-// the device stages' keys include "<stage>.gpu", and (both after the source) "<stage>.age_gpu_end"
-static_assert(dflash::detail::topology_keys<D>::type::size == 4 * 2 + 2 + 3 * 2 + 3 * 2 + 1 + 2);
+// the device stages' keys include "<stage>.gpu" and "<stage>.launch", and (both after the source)
+// "<stage>.age_gpu_end"
+static_assert(dflash::detail::topology_keys<D>::type::size == 4 * 2 + 2 * 2 + 3 * 2 + 3 * 2 + 1 + 2);
+static_assert(dflash::detail::topology_keys<D>::type::contains("fill.launch") &&
+              dflash::detail::topology_keys<D>::type::contains("read.launch"));
 static_assert(dflash::detail::topology_keys<D>::type::contains("fill.age_gpu_end") &&
               dflash::detail::topology_keys<D>::type::contains("read.age_gpu_end"));
 

@@ -9,6 +9,13 @@
 //   blocked     = <output link>.push_wait / (m x W): done, waiting for room downstream;
 //   starved     = (<stage>.wait - <output link>.push_wait) / (m x W): waiting for input
 //                 (an empty queue, or the device work that writes its input).
+// A device stage is launch-bound when the host's enqueueing of its work per item
+// (<stage>.launch) is at least launch_bound_ratio x its device time per item (<stage>.gpu).
+// .gpu runs from an event recorded before the call to one after the work, so when launches
+// are slower than the work they launch it holds the device's wait for them: .gpu close to
+// .launch means the device time is mostly that wait, and fewer launches per item (a CUDA
+// graph of the stage's work) would pay. Device work that outlasts its launches gives a .gpu
+// well above .launch.
 // The limiting stage is the busiest one; the evidence line says how busy it
 // is, whether the stage before it is blocked on it and whether the stage
 // after it is starved by it. A window with too few items, a stage that never
@@ -33,6 +40,7 @@ struct bottleneck_options {
   std::uint64_t min_window_ns = 10'000'000;  ///< 10 ms
   double anomaly_tolerance = 1.10;     ///< a stage busy more than this x (workers x window): clock anomaly
   double saturated = 0.60;             ///< below this utilisation no stage is called limiting
+  double launch_bound_ratio = 0.8;     ///< launch per item >= this x device time per item: launch-bound
 };
 
 struct stage_finding {
@@ -43,6 +51,10 @@ struct stage_finding {
   double blocked = 0;      ///< waiting for room downstream / (workers x window)
   bool gpu_binds = false;  ///< busy time is <stage>.gpu, not <stage>.work
   double mean_service_ns = 0;  ///< per item, of the binding key
+  double launch_ns = 0;        ///< device stages: host enqueueing per item (<stage>.launch), 0 if unrecorded
+  double gpu_ns = 0;           ///< device stages: device time per item (<stage>.gpu), 0 if unrecorded
+  double stream_busy = 0;      ///< device stages: <stage>.gpu / (workers x window) (waits for launches included)
+  bool launch_bound = false;   ///< see bottleneck_options::launch_bound_ratio
   std::string state;       ///< "limiting", "blocked", "starved", "busy", "light"
 };
 
@@ -107,14 +119,21 @@ inline bottleneck_report find_bottleneck(const profile_snapshot& snap, const pip
     f.workers = st.workers;
     double busy = static_cast<double>(work->total_ns);
     f.mean_service_ns = work->mean_ns();
-    if (st.device)
-      if (const key_stats* gpu = detail::recorded(snap, st.name + ".gpu");
-          gpu && static_cast<double>(gpu->total_ns) > busy) {
-        busy = static_cast<double>(gpu->total_ns);
-        f.gpu_binds = true;
-        f.mean_service_ns = gpu->mean_ns();
-      }
     const double cap = W * static_cast<double>(st.workers);
+    if (st.device)
+      if (const key_stats* gpu = detail::recorded(snap, st.name + ".gpu")) {
+        f.gpu_ns = gpu->mean_ns();
+        f.stream_busy = static_cast<double>(gpu->total_ns) / cap;
+        if (static_cast<double>(gpu->total_ns) > busy) {
+          busy = static_cast<double>(gpu->total_ns);
+          f.gpu_binds = true;
+          f.mean_service_ns = gpu->mean_ns();
+        }
+        if (const key_stats* launch = detail::recorded(snap, st.name + ".launch")) {
+          f.launch_ns = launch->mean_ns();
+          f.launch_bound = f.launch_ns >= opt.launch_bound_ratio * f.gpu_ns;
+        }
+      }
     const double thread_cap = W * static_cast<double>(threads[j]);
     const double push = j + 1 < lay.stages.size() ? detail::total_of(snap, lay.links[j].name + ".push_wait") : 0.0;
     const double wait = detail::total_of(snap, st.name + ".wait");
@@ -142,7 +161,8 @@ inline bottleneck_report find_bottleneck(const profile_snapshot& snap, const pip
   r.ok = true;
   const stage_finding& b = r.stages[top];
   std::string ev = b.name + " busy " + detail::pct(b.utilisation) + " of " + std::to_string(b.workers) + " worker" +
-                   (b.workers == 1 ? "" : "s") + (b.gpu_binds ? " (device time binds)" : "");
+                   (b.workers == 1 ? "" : "s") +
+                   (b.launch_bound ? " (launches bind)" : b.gpu_binds ? " (device time binds)" : "");
   if (top > 0) {
     const stage_finding& up = r.stages[top - 1];
     ev += "; " + up.name + " before it blocked " + detail::pct(up.blocked) + " on " + lay.links[top - 1].name;
@@ -152,6 +172,11 @@ inline bottleneck_report find_bottleneck(const profile_snapshot& snap, const pip
     ev += "; " + dn.name + " after it starved " + detail::pct(dn.starved);
   }
   ev += "; it waits for input " + detail::pct(b.starved) + " and for room " + detail::pct(b.blocked);
+  if (b.launch_bound)
+    ev += "; launch-bound: the host enqueues " + dflash::detail::human_duration(static_cast<std::uint64_t>(b.launch_ns)) +
+          " per item, the device's time per item is " +
+          dflash::detail::human_duration(static_cast<std::uint64_t>(b.gpu_ns)) +
+          " including its wait for them: fewer launches per item (one CUDA graph of the stage's work) would pay";
   if (b.utilisation < opt.saturated) {
     r.evidence = "no stage is saturated (busiest: " + ev +
                  "): throughput is set by waits — CPU contention, latency or too little parallelism, not one stage";
@@ -188,9 +213,10 @@ inline std::string format_bottleneck(const bottleneck_report& r, report_format f
       out += j ? ",{\"name\":" : "{\"name\":";
       dflash::detail::append_json_string(out, s.name);
       append_fmt(out, ",\"workers\":%zu,\"utilisation\":%.4f,\"starved\":%.4f,\"blocked\":%.4f,\"binding\":\"%s\","
-                      "\"mean_service_ns\":%.1f,\"state\":\"%s\"}",
+                      "\"mean_service_ns\":%.1f,\"state\":\"%s\",\"launch_ns\":%.1f,\"gpu_ns\":%.1f,"
+                      "\"stream_busy\":%.4f,\"launch_bound\":%s}",
                  s.workers, s.utilisation, s.starved, s.blocked, s.gpu_binds ? "gpu" : "work", s.mean_service_ns,
-                 s.state.c_str());
+                 s.state.c_str(), s.launch_ns, s.gpu_ns, s.stream_busy, s.launch_bound ? "true" : "false");
     }
     out += "]}";
     return out;
@@ -207,9 +233,16 @@ inline std::string format_bottleneck(const bottleneck_report& r, report_format f
     append_fmt(out, "%-*s %7zu %10.1f%% %7.1f%% %7.1f%% %12s  %s%s\n", wi, s.name.c_str(), s.workers,
                100 * s.utilisation, 100 * s.starved, 100 * s.blocked,
                dflash::detail::human_duration(static_cast<std::uint64_t>(s.mean_service_ns + 0.5)).c_str(),
-               s.state.c_str(), s.gpu_binds ? " (gpu)" : "");
+               s.state.c_str(), s.launch_bound ? " (launch-bound)" : s.gpu_binds ? " (gpu)" : "");
   if (r.limiting != pipeline_layout::npos) out += "limiting stage: " + r.evidence + "\n";
   else out += r.evidence + "\n";
+  for (std::size_t j = 0; j < r.stages.size(); ++j) {
+    const auto& s = r.stages[j];
+    if (s.launch_bound && j != r.limiting)
+      append_fmt(out, "launch-bound: %s enqueues %s per item; its device time per item is %s, its wait for them included\n",
+                 s.name.c_str(), dflash::detail::human_duration(static_cast<std::uint64_t>(s.launch_ns)).c_str(),
+                 dflash::detail::human_duration(static_cast<std::uint64_t>(s.gpu_ns)).c_str());
+  }
   return out;
 }
 

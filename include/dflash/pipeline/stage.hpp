@@ -135,6 +135,11 @@ using stage_work_key = key_t<name_cat<Name, key_suffix::work>>;
 /// Device time of a device stage's work per item (from the events it records).
 template <fixed_string Name>
 using stage_gpu_key = key_t<name_cat<Name, key_suffix::gpu>>;
+/// Host time a device stage spends enqueueing its work per item: the call, the timing events
+/// around it and the hand-over record after it (waits for links excluded). Next to ".gpu" it
+/// says whether the stage is launch-bound (analysis/bottleneck.hpp).
+template <fixed_string Name>
+using stage_launch_key = key_t<name_cat<Name, key_suffix::launch>>;
 
 /// Flow rows of a stage after the source (profiled pipelines, item.hpp): how
 /// old an item is when the stage starts it, and how often the clock read

@@ -139,7 +139,7 @@ std::size_t parallel_stage_of(const Shape& s) noexcept {
   return T::stage_count;
 }
 
-/// Every key the pipeline of topology T records (its stages' wait / work / gpu
+/// Every key the pipeline of topology T records (its stages' wait / work / gpu / launch
 /// and own keys, the flow rows age / age_clock_backwards / age_gpu_end / e2e,
 /// its links' keys); independent of the profiler. Apart from
 /// topology so that naming a topology never reads a stage's name (checks.hpp
@@ -151,7 +151,8 @@ struct topology_keys {
   static auto keys_of_stage() {
     using S = typename T::template stage_type<I>;
     if constexpr (T::template device_stage<I>)
-      return std::type_identity<key_set_cat_t<stage_keys_t<S>, key_set<name_cat<S::name, key_suffix::gpu>>>>{};
+      return std::type_identity<key_set_cat_t<
+          stage_keys_t<S>, key_set<name_cat<S::name, key_suffix::gpu>, name_cat<S::name, key_suffix::launch>>>>{};
     else return std::type_identity<stage_keys_t<S>>{};
   }
   // Flow rows (recorded by policies that stamp items, item.hpp): every stage

@@ -6,6 +6,7 @@
 //
 //   "<stage>.wait" / ".work"        waiting for input / the stage's call
 //   "<stage>.gpu"                   a device stage's device time per item
+//   "<stage>.launch"                a device stage's host time enqueueing that work per item
 //   "<stage>.age" / ".age_gpu_end"  an item's age when the stage starts it / when its device work ends
 //   "<stage>.age_clock_backwards"   items whose clock read behind their birth stamp (a count)
 //   "<sink>.e2e"                    an item's age when the sink's call ends
@@ -18,6 +19,7 @@ namespace dflash::key_suffix {
 inline constexpr fixed_string wait{".wait"};
 inline constexpr fixed_string work{".work"};
 inline constexpr fixed_string gpu{".gpu"};
+inline constexpr fixed_string launch{".launch"};
 inline constexpr fixed_string age{".age"};
 inline constexpr fixed_string age_gpu_end{".age_gpu_end"};
 inline constexpr fixed_string age_clock_backwards{".age_clock_backwards"};

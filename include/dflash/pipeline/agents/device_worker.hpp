@@ -19,6 +19,7 @@
 //                                                            the enqueued work: the next stage waits for it
 //   link    -> sink   void operator()(In& slot, DS)
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -45,6 +46,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
   using wait_key = stage_wait_key<S::name>;
   using work_key = stage_work_key<S::name>;
   using gpu_key = stage_gpu_key<S::name>;
+  using launch_key = stage_launch_key<S::name>;
   S& s = c.template stage<I>();
   const P& prof = c.prof();
   B& b = c.backend();
@@ -112,6 +114,12 @@ void device_worker(Core& c, std::size_t w) noexcept {
       // flow: the slot's stamp, read after pop (the channel orders it after the producer's write)
       if constexpr (Core::flow && in_slot) tag = c.slot_stamp(I - 1, in->index());
       c.template flow_start<I>(tag);
+      // "<stage>.launch": the host's enqueueing of this item's work, from the timer's first event
+      // to the hand-over's record (waits for room excluded); read only by a stateful policy.
+      using launch_clock = std::chrono::steady_clock;
+      [[maybe_unused]] launch_clock::duration launch{};
+      [[maybe_unused]] launch_clock::time_point mark;
+      if constexpr (P::enabled) mark = launch_clock::now();
       if constexpr (P::enabled) timer->start(native);
       auto call = [&]() -> decltype(auto) {
         auto t = prof.scope(work_key{});
@@ -126,6 +134,7 @@ void device_worker(Core& c, std::size_t w) noexcept {
       else call();
       if constexpr (follow_gpu_end) timer->stop(native, tag.born_ns);
       else if constexpr (P::enabled) timer->stop(native);
+      if constexpr (P::enabled) launch = launch_clock::now() - mark;
       // flow: a source's item is born as its call returns; the stamp goes beside the slot before publish
       if constexpr (I == 0) {
         if (more) tag = c.next_source_tag();
@@ -133,18 +142,27 @@ void device_worker(Core& c, std::size_t w) noexcept {
       if constexpr (Core::flow && out_slot) c.slot_stamp(I, out->index()) = tag;
       if (more) c.template flow_done<I>(tag);
       // 4. hand over: record on our stream after the work
+      if constexpr (P::enabled) mark = launch_clock::now();
+      auto add_launch = [&] {
+        if constexpr (P::enabled)
+          prof.add(launch_key{},
+                   std::chrono::duration_cast<typename P::duration>(launch + (launch_clock::now() - mark)));
+      };
       if constexpr (in_slot) c.template link<I - 1>().release(std::move(*in), ds);
       if constexpr (out_slot) {
         if (!more) {
           c.template link<I>().abandon(std::move(*out), ds);
           break;
         }
-        if (!c.template link<I>().publish(std::move(*out), ds)) break;
+        const bool published = c.template link<I>().publish(std::move(*out), ds);
+        add_launch();
+        if (!published) break;
       } else if constexpr (I + 1 < T::stage_count) {
         bool ok;
         if constexpr (T::template pending_at<I>) {
           const auto ev = c.pool(I).acquire(dev);
           b.record(ev, native);
+          add_launch();
           typename Core::template item_type<I> pend{std::move(*y), ev};
           if constexpr (Core::flow) pend.stamp = tag;
           {
@@ -153,11 +171,14 @@ void device_worker(Core& c, std::size_t w) noexcept {
           }
           if (!ok) y.emplace(std::move(pend.value));  // work may still write it: freed after the sync below
         } else {
+          add_launch();
           b.synchronize(native);  // a link to another process sends host bytes: the work writing them is done
           auto t = prof.scope(wait_key{});
           ok = push_output<I>(c, std::move(*y), tag);  // false: closed (the work writing *y is done)
         }
         if (!ok) break;
+      } else {
+        add_launch();  // a device sink: its hand-over is the release above
       }
       b.check(native);  // an asynchronous error so far: stop now, not at the end
       resolve();
