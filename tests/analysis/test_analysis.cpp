@@ -252,6 +252,16 @@ TEST_CASE("find_bottleneck: a device stage whose host launches outlast its devic
       if (k.name == "mid.launch") k = key("mid.launch", 100, 15'700'000);  // 0.805 x
     CHECK(da::find_bottleneck(s, l).stages[1].launch_bound);
   }
+  SECTION("a stage whose launches fill under 5 % of its workers x window is not named") {
+    for (auto& k : s.keys) {
+      if (k.name == "mid.launch") k = key("mid.launch", 100, 900'000);  // 90 ms of 2 s: 4.5 %
+      if (k.name == "mid.gpu") k = key("mid.gpu", 100, 1'000'000);
+    }
+    CHECK_FALSE(da::find_bottleneck(s, l).stages[1].launch_bound);
+    for (auto& k : s.keys)
+      if (k.name == "mid.launch") k = key("mid.launch", 100, 1'000'000);  // 5 %
+    CHECK(da::find_bottleneck(s, l).stages[1].launch_bound);
+  }
   SECTION("a launch-bound stage that is not the limiting one gets its own line") {
     for (auto& k : s.keys) {
       if (k.name == "mid.work") k = key("mid.work", 100, 5'000'000);

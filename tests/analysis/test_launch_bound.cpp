@@ -84,6 +84,7 @@ TEST_CASE("a device stage whose launches outlast its device work: .launch record
   REQUIRE(r.ok);
   REQUIRE(r.limiting == 1);
   CHECK(r.stages[1].launch_bound);
+  CHECK_FALSE(r.stages[2].launch_bound);  // the reader enqueues next to nothing, but its launches cost nothing either
   CHECK(r.evidence.find("launch-bound: the host enqueues") != std::string::npos);
   CHECK(dflash::analysis::format_bottleneck(r).find("(launch-bound)") != std::string::npos);
   const auto j = nlohmann::json::parse(dflash::analysis::format_bottleneck(r, dflash::report_format::json));

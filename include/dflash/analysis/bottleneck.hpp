@@ -15,7 +15,8 @@
 // are slower than the work they launch it holds the device's wait for them: .gpu close to
 // .launch means the device time is mostly that wait, and fewer launches per item (a CUDA
 // graph of the stage's work) would pay. Device work that outlasts its launches gives a .gpu
-// well above .launch.
+// well above .launch. A stage whose launches fill less than launch_bound_share of its
+// workers x window is not named: there is nothing to win there.
 // The limiting stage is the busiest one; the evidence line says how busy it
 // is, whether the stage before it is blocked on it and whether the stage
 // after it is starved by it. A window with too few items, a stage that never
@@ -40,7 +41,8 @@ struct bottleneck_options {
   std::uint64_t min_window_ns = 10'000'000;  ///< 10 ms
   double anomaly_tolerance = 1.10;     ///< a stage busy more than this x (workers x window): clock anomaly
   double saturated = 0.60;             ///< below this utilisation no stage is called limiting
-  double launch_bound_ratio = 0.8;     ///< launch per item >= this x device time per item: launch-bound
+  double launch_bound_ratio = 0.8;     ///< launch per item >= this x device time per item: launch-bound,
+  double launch_bound_share = 0.05;    ///< if launches fill at least this of the workers x window
 };
 
 struct stage_finding {
@@ -131,7 +133,8 @@ inline bottleneck_report find_bottleneck(const profile_snapshot& snap, const pip
         }
         if (const key_stats* launch = detail::recorded(snap, st.name + ".launch")) {
           f.launch_ns = launch->mean_ns();
-          f.launch_bound = f.launch_ns >= opt.launch_bound_ratio * f.gpu_ns;
+          f.launch_bound = f.launch_ns >= opt.launch_bound_ratio * f.gpu_ns &&
+                           static_cast<double>(launch->total_ns) >= opt.launch_bound_share * cap;
         }
       }
     const double thread_cap = W * static_cast<double>(threads[j]);
