@@ -30,13 +30,24 @@ inline double process_cpu_ns() noexcept {
 #endif
 }
 
-/// What each change is called on this program's command line.
-inline dflash::analysis::advice_options advice_options_for(const Options& o, const dflash::analysis::pipeline_layout& lay) {
+/// How a change is spelt to whoever runs the pipeline: a flag of this program, or an argument
+/// of the Python module's HiddenStates.
+enum class knob_names { cli, python };
+
+/// The advisor's options for this pipeline, each change named as `names` spells it.
+inline dflash::analysis::advice_options advice_options_for(const Options& o, const dflash::analysis::pipeline_layout& lay,
+                                                           knob_names names = knob_names::cli) {
   dflash::analysis::advice_options a;
   a.knobs = {{"target_forward.workers", "--target-workers"},
              {"batch_queue.depth", "--batch-queue-depth"},
              {"hs_device.depth", "--post-link-depth"},
              {"hs_queue.depth", "--hs-queue-depth"}};
+  if (names == knob_names::python)  // --target-workers -> target_workers=
+    for (auto& [knob, flag] : a.knobs) {
+      flag = flag.substr(2) + "=";
+      for (char& ch : flag)
+        if (ch == '-') ch = '_';
+    }
   for (const auto& w : o.what_if) a.requested.push_back(dflash::analysis::parse_scenario(w, lay));
   a.format = o.profile_format == output_format::json ? dflash::report_format::json : dflash::report_format::table;
   a.unit = "steps/s";

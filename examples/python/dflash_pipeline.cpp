@@ -244,21 +244,6 @@ constexpr bool built_with_cuda = true;
 constexpr bool built_with_cuda = false;
 #endif
 
-/// The advisor's options: each change named by the HiddenStates argument that makes it.
-dflash::analysis::advice_options advice_options_for(const ex::Options& o, const dflash::analysis::pipeline_layout& lay,
-                                                    dflash::report_format format) {
-  dflash::analysis::advice_options a;
-  a.knobs = {{"target_forward.workers", "target_workers="},
-             {"batch_queue.depth", "batch_queue_depth="},
-             {"hs_device.depth", "post_link_depth="},
-             {"hs_queue.depth", "hs_queue_depth="}};
-  for (const auto& w : o.what_if) a.requested.push_back(dflash::analysis::parse_scenario(w, lay));
-  a.format = format;
-  a.unit = "steps/s";
-  a.model.seed = o.seed;
-  return a;
-}
-
 void check_range(const char* name, std::int64_t v, std::int64_t lo, std::int64_t hi) {
   if (v < lo || v > hi)
     throw py::value_error(std::string("dflash_pipeline.HiddenStates: ") + name + "=" + std::to_string(v) +
@@ -298,7 +283,7 @@ class hidden_states {
     o.device = device == "cuda" ? ex::device_kind::cuda : ex::device_kind::cpu;
     using twin = py_pipeline<stats_type, dflash::host_stream_backend>;
     try {  // a misspelt what-if is an error before any work
-      (void)advice_options_for(o, twin::layout(twin::default_shape()), dflash::report_format::table);
+      (void)ex::advice_options_for(o, twin::layout(twin::default_shape()), ex::knob_names::python);
     } catch (const std::invalid_argument& e) {
       throw py::value_error(std::string("dflash_pipeline.HiddenStates: what_if: ") + e.what());
     }
@@ -370,7 +355,10 @@ class hidden_states {
     r.format = format == "json" ? dflash::report_format::json : dflash::report_format::table;
     const dflash::profile_snapshot snap = stats_.snapshot();
     const dflash::analysis::pipeline_layout lay = run_ ? run_->layout() : layout_;
-    auto a = advice_options_for(setup_->opts, lay, r.format);
+    ex::Options o = setup_->opts;
+    o.profile_format = format == "json" ? ex::output_format::json : ex::output_format::table;
+    auto a = ex::advice_options_for(o, lay, ex::knob_names::python);
+    a.model.seed = o.seed;
     a.model.process_cpu_ns = ex::process_cpu_ns() - cpu0_;
     if (const double delivered = static_cast<double>(out_.taken()); delivered > 0) {
       a.unit = "tokens/s";

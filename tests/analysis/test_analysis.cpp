@@ -409,6 +409,8 @@ TEST_CASE("what-if: scenarios are parsed strictly; advice names the flag", "[ana
   CHECK(j["best_with_flag"][0]["how"].get<std::string>().rfind("--mid-workers", 0) == 0);
   o.format = dflash::report_format::table;
   CHECK(da::format_advice(a, o).find("best change a flag makes:") != std::string::npos);
+  o.knobs = {{"mid.workers", "mid_workers="}};  // a keyword argument: no space before the value
+  CHECK(da::format_advice(a, o).find("mid_workers=3") != std::string::npos);
   o.format = dflash::report_format::json;
 
   // Not enough data reaches the advice too.

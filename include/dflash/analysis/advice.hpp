@@ -23,7 +23,8 @@ namespace dflash::analysis {
 
 struct advice_options {
   model_options model;
-  /// "<stage>.workers" or "<link>.depth" -> the flag that sets it ("--target-workers").
+  /// "<stage>.workers" or "<link>.depth" -> the flag that sets it ("--target-workers"), or a
+  /// keyword argument ending in '=' ("target_workers="), which takes the value without a space.
   std::vector<std::pair<std::string, std::string>> knobs;
   std::vector<scenario> requested;  ///< predicted as well, listed after the best ones
   std::string unit = "items/s";
@@ -83,7 +84,7 @@ inline std::string how_to(const scenario& sc, const advice_options& o) {
       const std::string key = c.target + (c.what == change::kind::workers ? ".workers" : ".depth");
       part = "(no flag: " + key + ")";
       for (const auto& [k, flag] : o.knobs)
-        if (k == key) part = flag + " " + std::to_string(static_cast<long long>(c.value));
+        if (k == key) part = flag + (flag.ends_with('=') ? "" : " ") + std::to_string(static_cast<long long>(c.value));
     }
     if (!out.empty()) out += ' ';
     out += part;
