@@ -23,6 +23,7 @@
 // tokens, loss mask and the count travel back with the results.
 // Built when DFLASH_ENABLE_CUDA is ON, with target_forward_gpu.cu (the target model's forward).
 #include "device_postprocess.hpp"
+#include "hs_staging.hpp"
 
 #include <cuda_runtime.h>
 
@@ -180,35 +181,15 @@ T* at(std::byte* base, std::size_t offset) noexcept {
 
 using pinned_pool = dflash::pinned_pool<dflash::cuda_backend>;
 
-/// The postprocessor's pinned blocks: a dflash::pinned_pool made at the first step, its bound
-/// `blocks` of that step's request. Every request of a run is the same size, for the largest
-/// step (enqueue: max_tokens packed tokens; enqueue_rows: the run's one shape), so blocks are
-/// reused whatever a step's token and document counts; cudaFreeHost may synchronise the
-/// device, so only the pool's destructor frees. A block's event is made on the device current
-/// when it is allocated: the postprocess worker's (one device per postprocessor).
-class staging {
- public:
-  explicit staging(std::size_t blocks) : blocks_(blocks) {}
-  [[nodiscard]] pinned_pool::block take(std::size_t want) {
-    pinned_pool* p = nullptr;
-    {
-      const std::lock_guard lock(mu_);
-      if (!pool_) pool_ = std::make_unique<pinned_pool>(backend_, blocks_ * pinned_pool::size_class(want));
-      p = pool_.get();
-    }
-    return p->acquire(want);
-  }
-  [[nodiscard]] std::optional<dflash::pinned_pool_stats> stats() const {
-    const std::lock_guard lock(mu_);
-    if (!pool_) return std::nullopt;
-    return pool_->stats();
-  }
-
- private:
-  std::size_t blocks_;
-  dflash::cuda_backend backend_;  // before pool_: the pool is destroyed first
-  mutable std::mutex mu_;
-  std::unique_ptr<pinned_pool> pool_;
+/// The postprocessor's pinned blocks (hs_staging.hpp: one bounded pool, one block size per
+/// run) over a backend of its own. A block's event is made on the device current when it is
+/// allocated: the postprocess worker's (one device per postprocessor).
+struct staging {
+  explicit staging(std::size_t blocks) : blocks(blocks) {}
+  dflash::cuda_backend backend;  // before `blocks`: the pool is destroyed first
+  hs_staging<dflash::cuda_backend> blocks;
+  [[nodiscard]] pinned_pool::block take(std::size_t bytes) { return blocks.take(backend, bytes); }
+  [[nodiscard]] std::optional<dflash::pinned_pool_stats> stats() const { return blocks.stats(); }
 };
 
 }  // namespace postprocess_detail

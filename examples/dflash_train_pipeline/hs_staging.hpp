@@ -12,7 +12,8 @@
 #include <optional>
 #include <string>
 
-#include <dflash/dflash.hpp>
+#include <dflash/device/host_stream_backend.hpp>
+#include <dflash/device/pinned_pool.hpp>
 
 #include "options.hpp"
 
@@ -23,21 +24,27 @@ namespace dflash_example {
 [[nodiscard]] inline std::size_t staging_blocks(const Options& o) {
   return static_cast<std::size_t>(o.hs_queue_depth) + static_cast<std::size_t>(o.post_link_depth) + 4;
 }
-/// The same in bytes, for blocks of at most `block` bytes (rounded up to a power of two).
+/// The same in bytes, for blocks of `block` bytes (rounded up to a power of two).
 [[nodiscard]] inline std::size_t staging_bound(const Options& o, std::size_t block) {
   return staging_blocks(o) * dflash::pinned_pool<dflash::host_stream_backend>::size_class(block);
 }
 
-/// The pool of a run, made on first use from the stream's backend (the pipeline's own: its
-/// stats count every pinned allocation).
+/// The pool of a run, made at its first request from the backend given then (on the twin the
+/// pipeline's own, whose stats count every pinned allocation), its bound `blocks` of that
+/// request. Every request of a run asks for the same size, that of the largest step: blocks are
+/// then reused whatever a step's size, and the bound in blocks is exact.
 template <dflash::DeviceBackend B>
 class hs_staging {
  public:
-  explicit hs_staging(std::size_t bound) : bound_(bound) {}
-  [[nodiscard]] dflash::pinned_pool<B>& pool(B& backend) {
+  explicit hs_staging(std::size_t blocks) : blocks_(blocks) {}
+  [[nodiscard]] dflash::pinned_pool<B>& pool(B& backend, std::size_t block_bytes) {
     const std::lock_guard lk(m_);
-    if (!pool_) pool_ = std::make_unique<dflash::pinned_pool<B>>(backend, bound_);
+    if (!pool_)
+      pool_ = std::make_unique<dflash::pinned_pool<B>>(backend, blocks_ * dflash::pinned_pool<B>::size_class(block_bytes));
     return *pool_;
+  }
+  [[nodiscard]] typename dflash::pinned_pool<B>::block take(B& backend, std::size_t block_bytes) {
+    return pool(backend, block_bytes).acquire(block_bytes);
   }
   /// Empty before the first use.
   [[nodiscard]] std::optional<dflash::pinned_pool_stats> stats() const {
@@ -47,7 +54,7 @@ class hs_staging {
   }
 
  private:
-  std::size_t bound_;
+  std::size_t blocks_;
   mutable std::mutex m_;
   std::unique_ptr<dflash::pinned_pool<B>> pool_;
 };

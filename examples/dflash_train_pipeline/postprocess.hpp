@@ -53,9 +53,7 @@ struct postprocess {
       : prof(p),
         setup(s),
         device(dev),
-        staging(std::make_shared<hs_staging<B>>(staging_bound(
-            s->opts, static_cast<std::size_t>(s->opts.seq_len) * static_cast<std::size_t>(s->target.feature_dim()) *
-                         sizeof(float)))) {}
+        staging(std::make_shared<hs_staging<B>>(staging_blocks(s->opts))) {}
 
   [[no_unique_address]] dflash::profiler_ref<P, keys> prof;  // keys checked in every build
   const Setup* setup;
@@ -120,8 +118,11 @@ struct postprocess {
       size_outputs(*out, D, N);
       // The packed states stage through pinned memory as the CUDA path's do; the block goes back
       // once the stream's work below has read it.
-      auto& pool = staging->pool(s.backend());
-      auto block = pool.acquire(out->hidden.size() * sizeof(float));
+      // One size for every step: the largest, --seq-len tokens.
+      auto& pool = staging->pool(s.backend(), static_cast<std::size_t>(setup->opts.seq_len) *
+                                                  static_cast<std::size_t>(D) * sizeof(float));
+      auto block = pool.acquire(static_cast<std::size_t>(setup->opts.seq_len) * static_cast<std::size_t>(D) *
+                                sizeof(float));
       // The stream's work: reads the slot (after the pipeline's wait on it), writes *item.
       s.enqueue([this, item = out.get(), padded = in.hidden.data(), lengths = tb.lengths, docs = tb.num_docs(),
                  seq = tb.seq, mp, ap, pinned = static_cast<float*>(block.data())] {
