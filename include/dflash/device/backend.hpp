@@ -73,6 +73,23 @@ concept DeviceBackend = requires(B& b, const B& cb, typename B::stream_type s, t
   { cb.stats() } -> std::same_as<backend_stats>;
 };
 
+/// A backend that can capture what is enqueued on a stream into a graph and replay it with one
+/// launch (CUDA graphs; the host twin's recorded closures): what dflash::graphed needs.
+///   begin_capture(s)        later enqueues on s are recorded, not run
+///   end_capture(s) -> g     stops recording; g replays them (throws if the capture failed)
+///   abort_capture(s)        stops recording and drops it (an error path)
+///   launch_graph(g, s)      enqueues one replay on s
+///   B::destroy_graph(g)     after the last launch has completed
+template <class B>
+concept GraphBackend = DeviceBackend<B> && requires(B& b, typename B::stream_type s, typename B::graph_type g) {
+  typename B::graph_type;
+  b.begin_capture(s);
+  { b.end_capture(s) } -> std::same_as<typename B::graph_type>;
+  { b.abort_capture(s) } noexcept;
+  b.launch_graph(g, s);
+  { B::destroy_graph(g) } noexcept;
+};
+
 namespace detail {
 /// Host waits on a path that already has an error to report or is tearing down: work that
 /// fails ends either way, and its error is (or was) reported by the stage that owns the

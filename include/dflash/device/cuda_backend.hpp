@@ -121,6 +121,35 @@ class cuda_backend {
   }
   void destroy_event(event_type e) noexcept { (void)cudaEventDestroy(e); }
 
+  // ---- graphs: stream capture, one launch per replay ------------------------------------
+  using graph_type = cudaGraphExec_t;
+  /// Thread-local mode: only this thread's calls are captured, and an unsafe call it makes
+  /// (a synchronisation, cudaMalloc) fails the capture instead of running.
+  void begin_capture(stream_type s) {
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  }
+  [[nodiscard]] graph_type end_capture(stream_type s) {
+    cudaGraph_t g = nullptr;
+    check(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture (the captured work was invalid)");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, g, 0);
+    (void)cudaGraphDestroy(g);
+    check(made, "cudaGraphInstantiate");
+    return exec;
+  }
+  void abort_capture(stream_type s) noexcept {
+    cudaStreamCaptureStatus status{};
+    if (cudaStreamIsCapturing(s, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t g = nullptr;
+      if (cudaStreamEndCapture(s, &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
+    }
+    (void)cudaGetLastError();  // the failed capture's error is the caller's to report, not the next call's
+  }
+  void launch_graph(graph_type g, stream_type s) { check(cudaGraphLaunch(g, s), "cudaGraphLaunch"); }
+  static void destroy_graph(graph_type g) noexcept {
+    if (g) (void)cudaGraphExecDestroy(g);
+  }
+
   void record(event_type e, stream_type s) {
     stats_.bump(stats_.records);
     check(cudaEventRecord(e, s), "cudaEventRecord");

@@ -151,6 +151,21 @@ class host_stream_backend {
     s->push(std::function<void()>(std::forward<F>(f)), false);
   }
 
+  // ---- graphs: capture records a stream's enqueued work, a launch replays it -------------
+  /// The recorded work, in enqueue order. A closure runs again as it was recorded: values it
+  /// holds are those of the capture (as a CUDA graph's kernel parameters); what changes per
+  /// replay must be read from memory.
+  using graph_type = std::shared_ptr<const std::vector<std::function<void()>>>;
+  void begin_capture(stream_type s) { s->begin_capture(); }
+  [[nodiscard]] graph_type end_capture(stream_type s) { return s->end_capture(); }
+  void abort_capture(stream_type s) noexcept { s->abort_capture(); }
+  void launch_graph(const graph_type& g, stream_type s) {
+    s->push([g] {
+      for (const auto& f : *g) f();
+    }, false);
+  }
+  static void destroy_graph(const graph_type&) noexcept {}
+
   // ---- events --------------------------------------------------------------
   [[nodiscard]] event_type create_event(bool timing) {
     if (timing) stats_.bump(stats_.timing_events);
@@ -266,6 +281,15 @@ class host_stream_backend {
     void push(std::function<void()> f, bool control) {
       {
         std::lock_guard lk(m_);
+        if (capture_) {  // recorded for a graph, not run
+          if (control)  // CUDA refuses a synchronisation on a capturing stream; the twin refuses every
+                        // event, wait and stream-ordered free there: a graphed stage only launches work
+            throw std::logic_error(
+                "dflash::host_stream_backend: a stream being captured into a graph was asked to synchronise, "
+                "record or wait on an event, or free memory: only launches (enqueue, copy) can be captured");
+          capture_->push_back(std::move(f));
+          return;
+        }
         if (label_.empty() && !detail::thread_label().empty()) label_ = detail::thread_label() + " work (host twin)";
         tasks_.push_back({std::move(f), control});
       }
@@ -274,6 +298,20 @@ class host_stream_backend {
     [[nodiscard]] std::exception_ptr error() const {
       std::lock_guard lk(err_m_);
       return error_;
+    }
+    void begin_capture() {
+      std::lock_guard lk(m_);
+      if (capture_) throw std::logic_error("dflash::host_stream_backend::begin_capture: the stream is already capturing");
+      capture_ = std::make_shared<std::vector<std::function<void()>>>();
+    }
+    [[nodiscard]] std::shared_ptr<const std::vector<std::function<void()>>> end_capture() {
+      std::lock_guard lk(m_);
+      if (!capture_) throw std::logic_error("dflash::host_stream_backend::end_capture: the stream is not capturing");
+      return std::exchange(capture_, nullptr);
+    }
+    void abort_capture() noexcept {
+      std::lock_guard lk(m_);
+      capture_.reset();
     }
     void fail(std::exception_ptr e) {
       if (!e) return;
@@ -310,6 +348,7 @@ class host_stream_backend {
     std::mutex m_;
     std::condition_variable cv_;
     std::deque<task> tasks_;
+    std::shared_ptr<std::vector<std::function<void()>>> capture_;  // non-null while capturing
     std::string label_;  // the first enqueuer's thread label, for a trace of what this thread runs
     bool stopping_ = false;
     const int device_;

@@ -1,0 +1,155 @@
+#pragma once
+// graphed<S>: a device stage whose per-item device work is captured once into a graph and then
+// replayed with one launch per item (a CUDA graph on cuda_backend; recorded closures on the host
+// twin), for stages whose host launches cost as much as the work they launch ("<stage>.launch"
+// close to "<stage>.gpu": the bottleneck report says launch-bound).
+//
+//   struct fill {                                 // host -> device link, in graph form
+//     static constexpr dflash::fixed_string name{"fill"};
+//     using input_type = int;  using output_type = Slot;
+//     void prepare(int& x, Slot& out, const DS& s);        // each item, not captured: host fields,
+//                                                          // buffer sizes, per-item values into the
+//                                                          // slot's device memory (a copy on s)
+//     void launch(const int& x, Slot& out, const DS& s);   // captured once per key, then replayed
+//     auto graph_key(const int& x, const Slot& out) const; // what the launches depend on
+//   };
+//   dflash::Pipeline<P, src, q, dflash::graphed<fill>, dflash::device_link<"hs", 4>, ...>
+//
+// The rule a graph imposes: launch() is recorded once, with the values it had then; a replay
+// runs the same launches on the same addresses. So launch() reads per-item values from memory
+// (written by prepare on the same stream), never from its arguments' values, and graph_key
+// names every address and size its launches use — typically the slot's buffers — so a slot
+// with other buffers gets its own capture (K slots: K graphs, recaptured only when a buffer
+// grows). What cannot be captured fails loudly, naming the stage: a synchronisation, an event,
+// an allocation inside launch() (prepare sizes buffers, launch only launches). Host -> link and
+// link -> link call shapes; the stage's own keys pass through.
+
+#include <concepts>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "dflash/device/backend.hpp"
+#include "dflash/device/device_stream.hpp"
+#include "dflash/profile/fixed_string.hpp"
+
+namespace dflash {
+
+/// What a graphed stage did: captures (one per key) and launches (one per item).
+struct graph_stats {
+  std::uint64_t captures = 0;
+  std::uint64_t launches = 0;
+};
+
+namespace detail {
+template <class S>
+struct graphed_keys {};
+template <class S>
+  requires requires { typename S::keys; }
+struct graphed_keys<S> {
+  using keys = typename S::keys;
+};
+
+// The backend of the stage's slots: its output's (host -> link, link -> link).
+template <class S>
+using graphed_backend_t = typename S::output_type::backend_type;
+
+template <class S>
+using graph_key_t = std::remove_cvref_t<decltype(std::declval<const S&>().graph_key(
+    std::declval<const typename S::input_type&>(), std::declval<const typename S::output_type&>()))>;
+}  // namespace detail
+
+template <class S>
+concept GraphableStage = requires { typename S::output_type::backend_type; } &&
+                         GraphBackend<detail::graphed_backend_t<S>> &&
+                         requires(S& s, typename S::input_type& x, typename S::output_type& out,
+                                  const device_stream<detail::graphed_backend_t<S>>& ds) {
+                           s.launch(x, out, ds);
+                           { std::as_const(s).graph_key(std::as_const(x), std::as_const(out)) };
+                         } &&
+                         std::totally_ordered<detail::graph_key_t<S>>;
+
+template <class S>
+struct graphed : detail::graphed_keys<S> {
+  static_assert(GraphableStage<S>,
+                "dflash::graphed<S>: S needs launch(in, out, stream) (the captured work), graph_key(in, out) "
+                "const returning an ordered value (what the launches depend on), a device slot as output_type, "
+                "and a backend that can capture graphs (cuda_backend, host_stream_backend)");
+  using B = detail::graphed_backend_t<S>;
+  using key_type = detail::graph_key_t<S>;
+  static constexpr fixed_string name = S::name;
+  using input_type = typename S::input_type;
+  using output_type = typename S::output_type;
+
+  S stage;
+
+  explicit graphed(S s) : stage(std::move(s)) {}
+
+  template <class In>
+    requires std::same_as<std::remove_cvref_t<In>, input_type>
+  void operator()(In&& x, output_type& out, const device_stream<B>& s) {
+    if constexpr (requires { stage.prepare(x, out, s); }) stage.prepare(x, out, s);
+    const typename B::graph_type& g = cache_->get(stage.graph_key(std::as_const(x), std::as_const(out)), s, [&] {
+      stage.launch(x, out, s);
+    });
+    s.backend().launch_graph(g, s.native());
+    cache_->launched();
+  }
+
+  [[nodiscard]] graph_stats stats() const { return cache_->stats(); }
+
+ private:
+  // Shared by the copies a pipeline makes of the stage (its workers' streams replay one graph
+  // per key); graphs are destroyed with the last copy, after the pipeline's streams ended.
+  class cache {
+   public:
+    cache() = default;
+    cache(const cache&) = delete;
+    cache& operator=(const cache&) = delete;
+    ~cache() {
+      for (auto& [k, g] : graphs_) B::destroy_graph(g);
+    }
+    template <class Launch>
+    const typename B::graph_type& get(key_type&& k, const device_stream<B>& s, Launch&& launch) {
+      const std::lock_guard lk(m_);
+      if (auto it = graphs_.find(k); it != graphs_.end()) return it->second;
+      B& b = s.backend();
+      b.begin_capture(s.native());
+      typename B::graph_type g{};
+      try {
+        launch();
+        g = b.end_capture(s.native());
+      } catch (const std::exception& e) {
+        b.abort_capture(s.native());
+        throw std::runtime_error(std::string("dflash::graphed: stage '") + std::string(S::name.view()) +
+                                 "': its launch() could not be captured into a graph: " + e.what());
+      } catch (...) {
+        b.abort_capture(s.native());
+        throw;
+      }
+      ++captures_;
+      return graphs_.emplace(std::move(k), std::move(g)).first->second;
+    }
+    void launched() {
+      const std::lock_guard lk(m_);
+      ++launches_;
+    }
+    [[nodiscard]] graph_stats stats() const {
+      const std::lock_guard lk(m_);
+      return {captures_, launches_};
+    }
+
+   private:
+    mutable std::mutex m_;
+    std::map<key_type, typename B::graph_type> graphs_;
+    std::uint64_t captures_ = 0, launches_ = 0;
+  };
+  std::shared_ptr<cache> cache_ = std::make_shared<cache>();
+};
+
+}  // namespace dflash

@@ -1,0 +1,242 @@
+// graphed<S> on the asynchronous host twin: a stage's launches captured once per key (slot
+// buffers) and replayed per item, later, on the stream's thread. Per-item values travel through
+// slot memory (prepare's write, on the stream), so a replay computes each item's own result; a stage that bakes
+// an item's value into its launch is caught (the control); what cannot be captured fails naming
+// the stage; randomized runs over depths, workers, sizes and call shapes keep every item once.
+#include <catch2/catch.hpp>
+#include <dflash/device/host_stream_backend.hpp>
+#include <dflash/pipeline.hpp>
+#include <dflash/pipeline/graphed.hpp>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "numbers_source.hpp"
+#include "stress_sweep.hpp"
+#include "watchdog.hpp"
+
+using B = dflash::host_stream_backend;
+using DS = dflash::device_stream<B>;
+
+namespace {
+struct slot : dflash::device_item<B> {
+  int value = -1;  // host field: the item
+  dflash::device_buffer<int, B> param;  // the per-item value, in "device" memory
+  dflash::device_buffer<int, B> data;
+};
+int pattern(int x, std::size_t i) { return x * 31 + static_cast<int>(i); }
+
+struct fill_opts {
+  std::size_t words = 64;
+  bool vary_size = false;  // items alternate between two buffer sizes: more keys, recaptures
+  bool bake = false;       // the mistake: the item's value captured into the launch
+  bool sync_in_launch = false;  // the mistake: a host synchronisation inside launch()
+};
+
+struct fill {  // host -> device link
+  static constexpr dflash::fixed_string name{"fill"};
+  using input_type = int;
+  using output_type = slot;
+  fill_opts o;
+  std::size_t words_for(int x) const { return o.vary_size && x % 2 ? o.words * 2 : o.words; }
+  void prepare(int& x, slot& out, const DS& s) const {
+    out.value = x;
+    int* p = out.param.ensure(1, s);
+    out.data.ensure(words_for(x), s);
+    // Not captured: the item's value, written on the stream before the replay reads it (a
+    // small per-item launch; a copy from a host field would race with the slot's next item,
+    // whose host fields are written as soon as the slot is free on the host).
+    s.enqueue([p, x] { *p = x; });
+  }
+  void launch(const int& x, slot& out, const DS& s) const {
+    if (o.sync_in_launch) s.backend().synchronize(s.native());
+    int* d = out.data.data();
+    const int* p = out.param.data();
+    const std::size_t n = out.data.size();
+    if (o.bake) {
+      s.enqueue([d, n, x] {
+        for (std::size_t i = 0; i < n; ++i) d[i] = pattern(x, i);
+      });
+    } else {
+      s.enqueue([d, n, p] {
+        for (std::size_t i = 0; i < n; ++i) d[i] = pattern(*p, i);
+      });
+    }
+  }
+  auto graph_key(const int&, const slot& out) const {
+    return std::tuple(out.data.data(), out.data.size(), out.param.data());
+  }
+};
+
+struct relay {  // device link -> device link: doubles every word, graphed too
+  static constexpr dflash::fixed_string name{"relay"};
+  using input_type = slot;
+  using output_type = slot;
+  void prepare(slot& in, slot& out, const DS& s) const {
+    out.value = in.value;
+    out.data.ensure(in.data.size(), s);
+  }
+  void launch(slot& in, slot& out, const DS& s) const {
+    const int* a = in.data.data();
+    int* d = out.data.data();
+    const std::size_t n = in.data.size();
+    s.enqueue([a, d, n] {
+      for (std::size_t i = 0; i < n; ++i) d[i] = 2 * a[i];
+    });
+  }
+  auto graph_key(const slot& in, const slot& out) const {
+    return std::tuple(in.data.data(), in.data.size(), out.data.data());
+  }
+};
+
+struct result {
+  int value = -1;
+  int bad = -1;  // words that differ from the item's pattern, counted by the stream's work
+};
+
+template <int Factor>
+struct check {  // device link -> host value
+  static constexpr dflash::fixed_string name{"check"};
+  using input_type = slot;
+  using output_type = result;
+  result operator()(slot& in, const DS& s) const {
+    result r{in.value, 0};
+    auto* bad = new int(0);
+    const int* d = in.data.data();
+    const std::size_t n = in.data.size();
+    const int x = in.value;
+    s.enqueue([d, n, x, bad] {
+      for (std::size_t i = 0; i < n; ++i) *bad += d[i] != Factor * pattern(x, i);
+    });
+    s.backend().synchronize(s.native());  // a test's shortcut: read the count now
+    r.bad = *bad;
+    delete bad;
+    return r;
+  }
+};
+
+struct collect {
+  static constexpr dflash::fixed_string name{"collect"};
+  using input_type = result;
+  using output_type = void;
+  std::vector<result>* out;
+  void operator()(result&& r) const { out->push_back(r); }
+};
+
+using direct = dflash::Pipeline<dflash::NullProfiler, dflash_test::numbers, dflash::queue_link<"in", 4>,
+                                dflash::workers<dflash::graphed<fill>, 2>, dflash::device_link<"hs", 4>, check<1>,
+                                dflash::queue_link<"out", 8>, collect>;
+using relayed = dflash::Pipeline<dflash::NullProfiler, dflash_test::numbers, dflash::queue_link<"in", 4>,
+                                 dflash::workers<dflash::graphed<fill>, 2>, dflash::device_link<"hs", 4>,
+                                 dflash::graphed<relay>, dflash::device_link<"hs2", 2>, check<2>,
+                                 dflash::queue_link<"out", 8>, collect>;
+
+// Every item once, each with its own values.
+std::string verify(const std::vector<result>& got, int n) {
+  std::vector<int> seen(static_cast<std::size_t>(n), 0);
+  for (const auto& r : got) {
+    if (r.value < 0 || r.value >= n) return "item " + std::to_string(r.value) + " was never made";
+    if (seen[static_cast<std::size_t>(r.value)]++) return "item " + std::to_string(r.value) + " arrived twice";
+    if (r.bad != 0) return "item " + std::to_string(r.value) + ": " + std::to_string(r.bad) + " wrong words";
+  }
+  if (static_cast<int>(got.size()) != n) return std::to_string(got.size()) + " of " + std::to_string(n) + " items";
+  return {};
+}
+}  // namespace
+
+TEST_CASE("graphed: one capture per slot, one launch per item, each item's own values", "[graphed]") {
+  watchdog wd("graphed");
+  std::vector<result> got;
+  dflash::graphed<fill> g{fill{}};
+  auto shape = direct::default_shape();
+  shape.workers[direct::stage_index<"fill">] = 1;
+  direct p(shape, dflash_test::numbers{100}, g, check<1>{}, collect{&got});
+  p.run_to_completion();
+  CHECK(verify(got, 100).empty());
+  const auto st = p.stage<direct::stage_index<"fill">>().stats();
+  CHECK(st.launches == 100);
+  CHECK(st.captures >= 1);
+  CHECK(st.captures <= 4);  // the link's 4 slots, whose buffers never grow
+  CHECK(g.stats().launches == 100);  // copies share one cache
+}
+
+TEST_CASE("graphed: a slot whose buffers change gets a new capture", "[graphed]") {
+  watchdog wd("graphed recapture");
+  std::vector<result> got;
+  fill_opts o;
+  o.vary_size = true;
+  direct p(dflash_test::numbers{60}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
+  p.run_to_completion();
+  CHECK(verify(got, 60).empty());
+  const auto st = p.stage<direct::stage_index<"fill">>().stats();
+  CHECK(st.launches == 60);
+  CHECK(st.captures >= 2);  // both sizes
+  CHECK(st.captures <= 12);  // 4 slots x (small, large once grown, small again in the grown buffer)
+}
+
+TEST_CASE("graphed: an item's value baked into the launch is replayed stale (the control)", "[graphed]") {
+  watchdog wd("graphed control");
+  std::vector<result> got;
+  fill_opts o;
+  o.bake = true;
+  direct p(dflash_test::numbers{40}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
+  p.run_to_completion();
+  CHECK_FALSE(verify(got, 40).empty());  // replays wrote the captured item's pattern
+}
+
+TEST_CASE("graphed: launch -> launch through two graphed stages", "[graphed]") {
+  watchdog wd("graphed relay");
+  std::vector<result> got;
+  relayed p(dflash_test::numbers{80}, dflash::graphed<fill>{fill{}}, dflash::graphed<relay>{relay{}}, check<2>{},
+            collect{&got});
+  p.run_to_completion();
+  CHECK(verify(got, 80).empty());
+  CHECK(p.stage<relayed::stage_index<"relay">>().stats().launches == 80);
+}
+
+TEST_CASE("graphed: work that cannot be captured fails the run naming the stage", "[graphed]") {
+  watchdog wd("graphed error");
+  std::vector<result> got;
+  fill_opts o;
+  o.sync_in_launch = true;
+  direct p(dflash_test::numbers{10}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
+  CHECK_THROWS_WITH(p.run_to_completion(),
+                    Catch::Contains("dflash::graphed: stage 'fill': its launch() could not be captured") &&
+                        Catch::Contains("asked to synchronise"));
+}
+
+TEST_CASE("graphed: randomized runs over depths, workers, sizes and call shapes keep every item once",
+          "[graphed][stress]") {
+  watchdog wd("graphed randomized", std::chrono::seconds(60));
+  dflash_test::sweep("graphed", [](std::uint64_t seed, std::uint64_t index) -> std::string {
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + index);
+    auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    const int n = pick(0, 150);
+    fill_opts o;
+    o.words = static_cast<std::size_t>(pick(1, 256));
+    o.vary_size = pick(0, 1) == 1;
+    std::vector<result> got;
+    if (pick(0, 1)) {
+      auto shape = direct::default_shape();
+      shape.depths[direct::link_index<"hs">] = static_cast<std::size_t>(pick(1, 6));
+      shape.workers[direct::stage_index<"fill">] = static_cast<std::size_t>(pick(1, 3));
+      shape.workers[direct::stage_index<"check">] = static_cast<std::size_t>(pick(1, 2));
+      direct p(shape, dflash_test::numbers{n}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
+      p.run_to_completion();
+      const auto st = p.stage<direct::stage_index<"fill">>().stats();
+      if (st.launches != static_cast<std::uint64_t>(n)) return "launches " + std::to_string(st.launches);
+    } else {
+      auto shape = relayed::default_shape();
+      shape.depths[relayed::link_index<"hs">] = static_cast<std::size_t>(pick(1, 6));
+      shape.depths[relayed::link_index<"hs2">] = static_cast<std::size_t>(pick(1, 4));
+      shape.workers[relayed::stage_index<"fill">] = static_cast<std::size_t>(pick(1, 3));
+      relayed p(shape, dflash_test::numbers{n}, dflash::graphed<fill>{fill{o}}, dflash::graphed<relay>{relay{}},
+                check<2>{}, collect{&got});
+      p.run_to_completion();
+    }
+    return verify(got, n);
+  });
+}
