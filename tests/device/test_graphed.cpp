@@ -33,7 +33,8 @@ struct fill_opts {
   std::size_t words = 64;
   bool vary_size = false;  // items alternate between two buffer sizes: more keys, recaptures
   bool bake = false;       // the mistake: the item's value captured into the launch
-  bool sync_in_launch = false;  // the mistake: a host synchronisation inside launch()
+  bool sync_in_launch = false;   // the mistake: a host synchronisation inside launch()
+  bool alloc_in_launch = false;  // the mistake: a buffer grown inside launch()
 };
 
 struct fill {  // host -> device link
@@ -53,6 +54,7 @@ struct fill {  // host -> device link
   }
   void launch(const int& x, slot& out, const DS& s) const {
     if (o.sync_in_launch) s.backend().synchronize(s.native());
+    if (o.alloc_in_launch) out.data.ensure(out.data.size() + 1, s);
     int* d = out.data.data();
     const int* p = out.param.data();
     const std::size_t n = out.data.size();
@@ -205,7 +207,47 @@ TEST_CASE("graphed: work that cannot be captured fails the run naming the stage"
   direct p(dflash_test::numbers{10}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
   CHECK_THROWS_WITH(p.run_to_completion(),
                     Catch::Contains("dflash::graphed: stage 'fill': its launch() could not be captured") &&
-                        Catch::Contains("asked to synchronise"));
+                        Catch::Contains("synchronize: called while a stream is being captured"));
+}
+
+TEST_CASE("graphed: an allocation inside launch() fails the run naming the stage", "[graphed]") {
+  watchdog wd("graphed allocation");
+  std::vector<result> got;
+  fill_opts o;
+  o.alloc_in_launch = true;
+  direct p(dflash_test::numbers{10}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
+  CHECK_THROWS_WITH(p.run_to_completion(),
+                    Catch::Contains("dflash::graphed: stage 'fill': its launch() could not be captured") &&
+                        Catch::Contains("allocate: called while a stream is being captured"));
+}
+
+TEST_CASE("host twin capture: what may not be captured is refused, and leaves no trace", "[graphed]") {
+  watchdog wd("twin capture refusals");
+  B b;
+  auto s = b.create_stream(), other = b.create_stream();
+  auto e = b.create_event(false);
+  b.begin_capture(s);
+  CHECK_THROWS_AS(b.record(e, s), std::logic_error);       // an event on the capturing stream
+  CHECK_THROWS_AS(b.synchronize(other), std::logic_error);  // a host wait by the capturing thread, any stream
+  CHECK_THROWS_AS(b.host_wait(e), std::logic_error);
+  CHECK_THROWS_AS((void)b.allocate_host(16), std::logic_error);
+  int ran = 0;
+  b.enqueue(s, [&ran] { ++ran; });  // a launch: recorded, not run
+  const auto g = b.end_capture(s);
+  CHECK(g->size() == 1);
+  b.synchronize(s);
+  CHECK(ran == 0);
+  b.host_wait(e);  // the refused record left the event unrecorded: no wait, no hang
+  b.launch_graph(g, s);
+  b.launch_graph(g, s);
+  b.synchronize(s);
+  CHECK(ran == 2);
+  b.begin_capture(s);
+  b.abort_capture(s);
+  b.synchronize(other);  // the thread captures nothing any more
+  b.destroy_event(e);
+  b.destroy_stream(s);
+  b.destroy_stream(other);
 }
 
 TEST_CASE("graphed: randomized runs over depths, workers, sizes and call shapes keep every item once",

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -41,7 +42,7 @@ struct fill {
     out.param.ensure(1, s);
     out.data.ensure(words, s);
     // Not captured: the item's value into slot memory (a memset carries it by value).
-    REQUIRE(cudaMemsetAsync(out.param.data(), x & 0xFF, 1, s.native()) == cudaSuccess);
+    dflash::detail::cuda_check(cudaMemsetAsync(out.param.data(), x & 0xFF, 1, s.native()), "cudaMemsetAsync");
   }
   void launch(const int&, slot& out, const DS& s) const {
     if (sync_in_launch) dflash::detail::cuda_check(cudaStreamSynchronize(s.native()), "cudaStreamSynchronize");
@@ -53,7 +54,9 @@ struct fill {
                                cudaMemcpyDeviceToDevice, s.native()),
                "cudaMemcpyAsync");
   }
-  auto graph_key(const int&, const slot& out) const { return std::tuple(out.param.data(), out.data.data()); }
+  auto graph_key(const int&, const slot& out) const {
+    return std::tuple(out.param.data(), out.data.data(), out.data.size());
+  }
 };
 
 struct result {
@@ -67,8 +70,10 @@ struct check {  // device link -> host value: reads the slot back (a test's shor
   using output_type = result;
   result operator()(slot& in, const DS& s) const {
     std::vector<std::uint8_t> host(words);
-    REQUIRE(cudaMemcpyAsync(host.data(), in.data.data(), words, cudaMemcpyDeviceToHost, s.native()) == cudaSuccess);
-    REQUIRE(cudaStreamSynchronize(s.native()) == cudaSuccess);
+    // Worker threads: errors as exceptions (the run rethrows them), not Catch assertions.
+    dflash::detail::cuda_check(cudaMemcpyAsync(host.data(), in.data.data(), words, cudaMemcpyDeviceToHost, s.native()),
+                               "cudaMemcpyAsync");
+    dflash::detail::cuda_check(cudaStreamSynchronize(s.native()), "cudaStreamSynchronize");
     result r{in.value, 0};
     for (const std::uint8_t b : host) r.bad += b != static_cast<std::uint8_t>(in.value & 0xFF);
     return r;

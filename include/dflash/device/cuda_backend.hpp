@@ -123,8 +123,9 @@ class cuda_backend {
 
   // ---- graphs: stream capture, one launch per replay ------------------------------------
   using graph_type = cudaGraphExec_t;
-  /// Thread-local mode: only this thread's calls are captured, and an unsafe call it makes
-  /// (a synchronisation, cudaMalloc) fails the capture instead of running.
+  /// Thread-local mode: an unsafe call this thread makes while capturing (a synchronisation,
+  /// cudaMalloc) fails and invalidates the capture instead of running; other threads' calls
+  /// are not refused. Graphs must be destroyed before a cudaDeviceReset.
   void begin_capture(stream_type s) {
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   }
@@ -141,13 +142,25 @@ class cuda_backend {
     cudaStreamCaptureStatus status{};
     if (cudaStreamIsCapturing(s, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
       cudaGraph_t g = nullptr;
-      if (cudaStreamEndCapture(s, &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
+      const cudaError_t ended = cudaStreamEndCapture(s, &g);  // an invalidated capture: an error, and no graph
+      if (g) (void)cudaGraphDestroy(g);
+      detail::forget(ended);
     }
-    (void)cudaGetLastError();  // the failed capture's error is the caller's to report, not the next call's
+    // The capture's own failure (errors 900-908, not sticky) is reported by the caller's throw;
+    // any other pending error stays for whoever left it.
+    const cudaError_t pending = cudaPeekAtLastError();
+    if (pending >= cudaErrorStreamCaptureUnsupported && pending <= cudaErrorStreamCaptureWrongThread)
+      detail::forget(pending);
+  }
+  /// Is s being captured? (Calls that may not be captured refuse to run then.)
+  [[nodiscard]] static bool capturing(stream_type s) {
+    cudaStreamCaptureStatus status{};
+    check(cudaStreamIsCapturing(s, &status), "cudaStreamIsCapturing");
+    return status != cudaStreamCaptureStatusNone;
   }
   void launch_graph(graph_type g, stream_type s) { check(cudaGraphLaunch(g, s), "cudaGraphLaunch"); }
   static void destroy_graph(graph_type g) noexcept {
-    if (g) (void)cudaGraphExecDestroy(g);
+    if (g) detail::forget(cudaGraphExecDestroy(g));
   }
 
   void record(event_type e, stream_type s) {
@@ -176,6 +189,11 @@ class cuda_backend {
   }
 
   [[nodiscard]] void* allocate(std::size_t bytes, stream_type s) {
+    // Captured, it would become an allocation node that a second replay fails on; refused here,
+    // before the graph exists, with a message that says where buffers are sized.
+    if (s != nullptr && capturing(s))
+      throw std::logic_error("dflash::cuda_backend::allocate: the stream is being captured into a graph: size "
+                             "buffers before the capture (a graphed stage's prepare(), not its launch())");
     void* p = nullptr;
     check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, s), "cudaMallocAsync");
     return p;

@@ -156,9 +156,23 @@ class host_stream_backend {
   /// holds are those of the capture (as a CUDA graph's kernel parameters); what changes per
   /// replay must be read from memory.
   using graph_type = std::shared_ptr<const std::vector<std::function<void()>>>;
-  void begin_capture(stream_type s) { s->begin_capture(); }
-  [[nodiscard]] graph_type end_capture(stream_type s) { return s->end_capture(); }
-  void abort_capture(stream_type s) noexcept { s->abort_capture(); }
+  // While this thread captures, it may only launch: like CUDA's thread-local capture mode, a
+  // host wait or an allocation by it fails (on any stream), and so does an event record, a
+  // wait or a free on the capturing stream itself (stricter than CUDA, which would capture
+  // those; a graphed stage's launch() has no use for them).
+  void begin_capture(stream_type s) {
+    s->begin_capture();
+    ++capturing_here();
+  }
+  [[nodiscard]] graph_type end_capture(stream_type s) {
+    graph_type g = s->end_capture();
+    --capturing_here();
+    return g;
+  }
+  void abort_capture(stream_type s) noexcept {
+    if (s->capturing() && capturing_here() > 0) --capturing_here();
+    s->abort_capture();
+  }
   void launch_graph(const graph_type& g, stream_type s) {
     s->push([g] {
       for (const auto& f : *g) f();
@@ -174,6 +188,7 @@ class host_stream_backend {
   void destroy_event(event_type e) noexcept { delete e; }
 
   void record(event_type e, stream_type s) {
+    refuse_while_capturing(s, "record");  // before begin_record: a refused record leaves the event as it was
     if (e->device() != s->device())
       throw std::logic_error("dflash::host_stream_backend::record: an event of device " + std::to_string(e->device()) +
                              " recorded on a stream of device " + std::to_string(s->device()) +
@@ -203,12 +218,14 @@ class host_stream_backend {
   }
 
   void host_wait(event_type e) {
+    refuse_while_capturing(nullptr, "host_wait");
     stats_.bump(stats_.host_waits);
     if (auto m = e->latest())
       if (auto err = m->await()) std::rethrow_exception(err);
   }
 
   void synchronize(stream_type s) {
+    refuse_while_capturing(s, "synchronize");
     stats_.bump(stats_.synchronizes);
     auto m = std::make_shared<marker>();
     s->push([m, s] { m->complete(s->error()); }, true);
@@ -218,6 +235,7 @@ class host_stream_backend {
   // ---- memory --------------------------------------------------------------
   /// Memory of s's device (of the current device when s is null).
   [[nodiscard]] void* allocate(std::size_t bytes, stream_type s) {
+    refuse_while_capturing(s, "allocate");
     const std::size_t n = bytes == 0 ? 1 : bytes;
     void* p = ::operator new(n, std::align_val_t{256});
     std::lock_guard lk(dev_m_);
@@ -227,10 +245,12 @@ class host_stream_backend {
   /// s == nullptr: now (the caller knows no work on p is in flight).
   void deallocate(void* p, stream_type s) {
     if (!p) return;
+    if (s) refuse_while_capturing(s, "deallocate");
     if (!s) free_now(p);
     else s->push([this, p] { free_now(p); }, true);
   }
   [[nodiscard]] void* allocate_host(std::size_t bytes) {
+    refuse_while_capturing(nullptr, "allocate_host");
     stats_.bump(stats_.host_allocations);
     return ::operator new(bytes == 0 ? 1 : bytes);
   }
@@ -260,6 +280,19 @@ class host_stream_backend {
   }
 
   [[nodiscard]] backend_stats stats() const noexcept { return stats_.snapshot(); }
+
+  /// Graph captures this thread has open (begin_capture .. end/abort_capture).
+  static int& capturing_here() noexcept {
+    thread_local int n = 0;
+    return n;
+  }
+  // `what` may not run while this thread captures, nor on a stream being captured.
+  static void refuse_while_capturing(stream_type s, const char* what) {
+    if (capturing_here() > 0 || (s && s->capturing()))
+      throw std::logic_error(std::string("dflash::host_stream_backend::") + what +
+                             ": called while a stream is being captured into a graph (a host wait, an allocation, "
+                             "or an event on the capturing stream cannot be captured: only launches can)");
+  }
 
   // ---- the executor and the marker -------------------------------------------
   class stream_state {
@@ -313,6 +346,10 @@ class host_stream_backend {
       std::lock_guard lk(m_);
       capture_.reset();
     }
+    [[nodiscard]] bool capturing() const {
+      std::lock_guard lk(m_);
+      return capture_ != nullptr;
+    }
     void fail(std::exception_ptr e) {
       if (!e) return;
       std::lock_guard lk(err_m_);
@@ -345,7 +382,7 @@ class host_stream_backend {
       }
     }
 
-    std::mutex m_;
+    mutable std::mutex m_;
     std::condition_variable cv_;
     std::deque<task> tasks_;
     std::shared_ptr<std::vector<std::function<void()>>> capture_;  // non-null while capturing

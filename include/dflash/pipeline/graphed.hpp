@@ -20,7 +20,8 @@
 // (written by prepare on the same stream), never from its arguments' values, and graph_key
 // names every address and size its launches use — typically the slot's buffers — so a slot
 // with other buffers gets its own capture (K slots: K graphs, recaptured only when a buffer
-// grows). What cannot be captured fails loudly, naming the stage: a synchronisation, an event,
+// grows). A key must name the slot's own memory: two items in flight on one graph would be
+// launched from two streams at once, which CUDA serialises (and their work would collide). What cannot be captured fails loudly, naming the stage: a synchronisation, an event,
 // an allocation inside launch() (prepare sizes buffers, launch only launches). Host -> link and
 // link -> link call shapes; the stage's own keys pass through.
 
@@ -89,6 +90,15 @@ struct graphed : detail::graphed_keys<S> {
   S stage;
 
   explicit graphed(S s) : stage(std::move(s)) {}
+  // A move shares the cache, as a copy does: a moved-from stage stays usable.
+  graphed(const graphed&) = default;
+  graphed(graphed&& o) noexcept(std::is_nothrow_move_constructible_v<S>) : stage(std::move(o.stage)), cache_(o.cache_) {}
+  graphed& operator=(const graphed&) = default;
+  graphed& operator=(graphed&& o) noexcept(std::is_nothrow_move_assignable_v<S>) {
+    stage = std::move(o.stage);
+    cache_ = o.cache_;
+    return *this;
+  }
 
   template <class In>
     requires std::same_as<std::remove_cvref_t<In>, input_type>
@@ -97,7 +107,12 @@ struct graphed : detail::graphed_keys<S> {
     const typename B::graph_type& g = cache_->get(stage.graph_key(std::as_const(x), std::as_const(out)), s, [&] {
       stage.launch(x, out, s);
     });
-    s.backend().launch_graph(g, s.native());
+    try {
+      s.backend().launch_graph(g, s.native());
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("dflash::graphed: stage '") + std::string(S::name.view()) +
+                               "': replaying its graph failed: " + e.what());
+    }
     cache_->launched();
   }
 
@@ -114,26 +129,20 @@ struct graphed : detail::graphed_keys<S> {
     ~cache() {
       for (auto& [k, g] : graphs_) B::destroy_graph(g);
     }
+    // Under the lock: one capture per key, whichever worker gets there first.
     template <class Launch>
-    const typename B::graph_type& get(key_type&& k, const device_stream<B>& s, Launch&& launch) {
+    const typename B::graph_type& get(key_type k, const device_stream<B>& s, Launch&& launch) {
       const std::lock_guard lk(m_);
       if (auto it = graphs_.find(k); it != graphs_.end()) return it->second;
-      B& b = s.backend();
-      b.begin_capture(s.native());
-      typename B::graph_type g{};
+      typename B::graph_type g = capture(s, launch);
       try {
-        launch();
-        g = b.end_capture(s.native());
-      } catch (const std::exception& e) {
-        b.abort_capture(s.native());
-        throw std::runtime_error(std::string("dflash::graphed: stage '") + std::string(S::name.view()) +
-                                 "': its launch() could not be captured into a graph: " + e.what());
+        auto& placed = graphs_.emplace(std::move(k), g).first->second;
+        ++captures_;
+        return placed;
       } catch (...) {
-        b.abort_capture(s.native());
+        B::destroy_graph(g);
         throw;
       }
-      ++captures_;
-      return graphs_.emplace(std::move(k), std::move(g)).first->second;
     }
     void launched() {
       const std::lock_guard lk(m_);
@@ -145,6 +154,30 @@ struct graphed : detail::graphed_keys<S> {
     }
 
    private:
+    // launch() recorded on s. A capture that launch() did not fail but that ended invalid
+    // (CUDA: another thread synchronised the whole device meanwhile) is tried once more.
+    template <class Launch>
+    static typename B::graph_type capture(const device_stream<B>& s, Launch& launch) {
+      B& b = s.backend();
+      for (int attempt = 0;; ++attempt) {
+        bool launched = false;
+        try {
+          b.begin_capture(s.native());
+          launch();
+          launched = true;
+          return b.end_capture(s.native());
+        } catch (const std::exception& e) {
+          b.abort_capture(s.native());
+          if (launched && attempt == 0) continue;
+          throw std::runtime_error(std::string("dflash::graphed: stage '") + std::string(S::name.view()) +
+                                   "': its launch() could not be captured into a graph: " + e.what());
+        } catch (...) {
+          b.abort_capture(s.native());
+          throw;
+        }
+      }
+    }
+
     mutable std::mutex m_;
     std::map<key_type, typename B::graph_type> graphs_;
     std::uint64_t captures_ = 0, launches_ = 0;
