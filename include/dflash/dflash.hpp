@@ -13,5 +13,7 @@
 #include "dflash/device.hpp"
 #include "dflash/pipeline.hpp"
 #include "dflash/pipeline/links/device_queue.hpp"  // needs CCCL (the ring control), so not in pipeline.hpp
+#include "dflash/pipeline/graphed.hpp"             // opt-in pieces, kept out of pipeline.hpp's compile time
+#include "dflash/pipeline/handoff.hpp"
 #include "dflash/ops.hpp"
 #include "dflash/analysis.hpp"

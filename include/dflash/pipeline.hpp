@@ -2,7 +2,6 @@
 // Pipelines: the Stage concept, Pipeline, and the periodic reporter.
 #include "dflash/profile/periodic_reporter.hpp"
 #include "dflash/pipeline/function_stage.hpp"
-#include "dflash/pipeline/handoff.hpp"
 #include "dflash/pipeline/make_pipeline.hpp"
 #include "dflash/pipeline/pipeline.hpp"
 #include "dflash/pipeline/stage.hpp"
