@@ -1,5 +1,5 @@
 // A device stage built to be launch-bound, on the asynchronous host twin: its call (the host's
-// enqueueing) takes 2 ms per item, the work it enqueues 0.2 ms. The pipeline records
+// enqueueing) takes 5 ms per item, the work it enqueues 0.05 ms. The pipeline records
 // "<stage>.launch" beside "<stage>.gpu", and the bottleneck report names the stage launch-bound;
 // a control stage with the proportions reversed is not.
 #include <catch2/catch.hpp>
@@ -76,10 +76,10 @@ TEST_CASE("a device stage whose launches outlast its device work: .launch record
   watchdog wd("launch-bound");
   using namespace std::chrono_literals;
   prof_t prof;
-  const auto r = run(2000us, 200us, prof);
+  const auto r = run(5000us, 50us, prof);
   const auto snap = prof.snapshot();
   REQUIRE(snap.find("launcher.launch")->count == 40);
-  CHECK(snap.find("launcher.launch")->min_ns >= 2'000'000u);  // at least the call
+  CHECK(snap.find("launcher.launch")->min_ns >= 5'000'000u);  // at least the call
   CHECK(snap.find("reader.launch")->count == 40);
   REQUIRE(r.ok);
   REQUIRE(r.limiting == 1);
