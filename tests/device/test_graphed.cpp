@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collect_sink.hpp"
 #include "numbers_source.hpp"
 #include "stress_sweep.hpp"
 #include "watchdog.hpp"
@@ -120,13 +121,7 @@ struct check {  // device link -> host value
   }
 };
 
-struct collect {
-  static constexpr dflash::fixed_string name{"collect"};
-  using input_type = result;
-  using output_type = void;
-  std::vector<result>* out;
-  void operator()(result&& r) const { out->push_back(r); }
-};
+using collect = dflash_test::collect<result>;
 
 using direct = dflash::Pipeline<dflash::NullProfiler, dflash_test::numbers, dflash::queue_link<"in", 4>,
                                 dflash::workers<dflash::graphed<fill>, 2>, dflash::device_link<"hs", 4>, check<1>,
@@ -201,24 +196,19 @@ TEST_CASE("graphed: launch -> launch through two graphed stages", "[graphed]") {
 
 TEST_CASE("graphed: work that cannot be captured fails the run naming the stage", "[graphed]") {
   watchdog wd("graphed error");
-  std::vector<result> got;
-  fill_opts o;
-  o.sync_in_launch = true;
-  direct p(dflash_test::numbers{10}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
-  CHECK_THROWS_WITH(p.run_to_completion(),
-                    Catch::Contains("dflash::graphed: stage 'fill': its launch() could not be captured") &&
-                        Catch::Contains("synchronize: called while a stream is being captured"));
-}
-
-TEST_CASE("graphed: an allocation inside launch() fails the run naming the stage", "[graphed]") {
-  watchdog wd("graphed allocation");
-  std::vector<result> got;
-  fill_opts o;
-  o.alloc_in_launch = true;
-  direct p(dflash_test::numbers{10}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
-  CHECK_THROWS_WITH(p.run_to_completion(),
-                    Catch::Contains("dflash::graphed: stage 'fill': its launch() could not be captured") &&
-                        Catch::Contains("allocate: called while a stream is being captured"));
+  const auto fails = [](fill_opts o, const char* why) {
+    std::vector<result> got;
+    direct p(dflash_test::numbers{10}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
+    CHECK_THROWS_WITH(p.run_to_completion(),
+                      Catch::Contains("dflash::graphed: stage 'fill': its launch() could not be captured") &&
+                          Catch::Contains(why));
+  };
+  fill_opts sync;
+  sync.sync_in_launch = true;  // a host synchronisation
+  fails(sync, "synchronize: called while a stream is being captured");
+  fill_opts alloc;
+  alloc.alloc_in_launch = true;  // a buffer grown (freed and allocated) inside launch()
+  fails(alloc, "allocate: called while a stream is being captured");
 }
 
 TEST_CASE("host twin capture: what may not be captured is refused, and leaves no trace", "[graphed]") {

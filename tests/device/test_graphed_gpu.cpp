@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collect_sink.hpp"
 #include "numbers_source.hpp"
 #include "watchdog.hpp"
 
@@ -80,13 +81,7 @@ struct check {  // device link -> host value: reads the slot back (a test's shor
   }
 };
 
-struct collect {
-  static constexpr dflash::fixed_string name{"collect"};
-  using input_type = result;
-  using output_type = void;
-  std::vector<result>* out;
-  void operator()(result&& r) const { out->push_back(r); }
-};
+using collect = dflash_test::collect<result>;
 
 using graphed_pipe = dflash::Pipeline<dflash::NullProfiler, dflash_test::numbers, dflash::queue_link<"in", 4>,
                               dflash::workers<dflash::graphed<fill>, 2>, dflash::device_link<"hs", 3>, check,
