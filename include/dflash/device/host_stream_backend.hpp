@@ -198,6 +198,7 @@ class host_stream_backend {
   }
 
   void wait(stream_type s, event_type e) {
+    refuse_while_capturing(s, "wait");
     stats_.bump(stats_.waits);
     auto m = e->latest();
     if (!m) return;  // never recorded: nothing to wait for (as in CUDA)
@@ -288,10 +289,12 @@ class host_stream_backend {
   }
   // `what` may not run while this thread captures, nor on a stream being captured.
   static void refuse_while_capturing(stream_type s, const char* what) {
-    if (capturing_here() > 0 || (s && s->capturing()))
-      throw std::logic_error(std::string("dflash::host_stream_backend::") + what +
-                             ": called while a stream is being captured into a graph (a host wait, an allocation, "
-                             "or an event on the capturing stream cannot be captured: only launches can)");
+    if (capturing_here() > 0 || (s && s->capturing())) refuse_capture(what);
+  }
+  [[noreturn]] static void refuse_capture(const char* what) {
+    throw std::logic_error(std::string("dflash::host_stream_backend::") + what +
+                           ": called while a stream is being captured into a graph (a host wait, an allocation, "
+                           "or an event on the capturing stream cannot be captured: only launches can)");
   }
 
   // ---- the executor and the marker -------------------------------------------
@@ -315,11 +318,9 @@ class host_stream_backend {
       {
         std::lock_guard lk(m_);
         if (capture_) {  // recorded for a graph, not run
-          if (control)  // CUDA refuses a synchronisation on a capturing stream; the twin refuses every
-                        // event, wait and stream-ordered free there: a graphed stage only launches work
-            throw std::logic_error(
-                "dflash::host_stream_backend: a stream being captured into a graph was asked to synchronise, "
-                "record or wait on an event, or free memory: only launches (enqueue, copy) can be captured");
+          // Every operation that pushes control work refused a capturing stream before it
+          // changed anything; one that did not would be replayed as a launch.
+          if (control) refuse_capture("push");
           capture_->push_back(std::move(f));
           return;
         }

@@ -21,10 +21,12 @@
 // names every address and size its launches use — typically the slot's buffers — so a slot
 // with other buffers gets its own capture (K slots: K graphs, recaptured only when a buffer
 // grows). A key must name the slot's own memory: two items in flight on one graph would be
-// launched from two streams at once, which CUDA serialises (and their work would collide). What cannot be captured fails loudly, naming the stage: a synchronisation, an event,
-// an allocation inside launch() (prepare sizes buffers, launch only launches). Host -> link and
+// launched from two streams at once, which CUDA serialises (and their work would collide).
+// What cannot be captured fails loudly, naming the stage: a synchronisation, an event, an
+// allocation inside launch() (prepare sizes buffers, launch only launches). Host -> link and
 // link -> link call shapes; the stage's own keys pass through.
 
+#include <atomic>
 #include <concepts>
 #include <cstdint>
 #include <map>
@@ -110,8 +112,7 @@ struct graphed : detail::graphed_keys<S> {
     try {
       s.backend().launch_graph(g, s.native());
     } catch (const std::exception& e) {
-      throw std::runtime_error(std::string("dflash::graphed: stage '") + std::string(S::name.view()) +
-                               "': replaying its graph failed: " + e.what());
+      throw failed("replaying its graph failed", e);
     }
     cache_->launched();
   }
@@ -119,6 +120,12 @@ struct graphed : detail::graphed_keys<S> {
   [[nodiscard]] graph_stats stats() const { return cache_->stats(); }
 
  private:
+  // An error of the stage's graph, with the stage's name.
+  static std::runtime_error failed(const char* what, const std::exception& e) {
+    return std::runtime_error(std::string("dflash::graphed: stage '") + std::string(S::name.view()) + "': " + what +
+                              ": " + e.what());
+  }
+
   // Shared by the copies a pipeline makes of the stage (its workers' streams replay one graph
   // per key); graphs are destroyed with the last copy, after the pipeline's streams ended.
   class cache {
@@ -144,13 +151,11 @@ struct graphed : detail::graphed_keys<S> {
         throw;
       }
     }
-    void launched() {
-      const std::lock_guard lk(m_);
-      ++launches_;
-    }
+    // Counted apart from the map's lock: a replay takes no lock but the lookup's.
+    void launched() noexcept { launches_.fetch_add(1, std::memory_order_relaxed); }
     [[nodiscard]] graph_stats stats() const {
       const std::lock_guard lk(m_);
-      return {captures_, launches_};
+      return {captures_, launches_.load(std::memory_order_relaxed)};
     }
 
    private:
@@ -169,8 +174,7 @@ struct graphed : detail::graphed_keys<S> {
         } catch (const std::exception& e) {
           b.abort_capture(s.native());
           if (launched && attempt == 0) continue;
-          throw std::runtime_error(std::string("dflash::graphed: stage '") + std::string(S::name.view()) +
-                                   "': its launch() could not be captured into a graph: " + e.what());
+          throw failed("its launch() could not be captured into a graph", e);
         } catch (...) {
           b.abort_capture(s.native());
           throw;
@@ -180,7 +184,8 @@ struct graphed : detail::graphed_keys<S> {
 
     mutable std::mutex m_;
     std::map<key_type, typename B::graph_type> graphs_;
-    std::uint64_t captures_ = 0, launches_ = 0;
+    std::uint64_t captures_ = 0;
+    std::atomic<std::uint64_t> launches_{0};
   };
   std::shared_ptr<cache> cache_ = std::make_shared<cache>();
 };
