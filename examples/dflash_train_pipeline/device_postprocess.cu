@@ -325,7 +325,6 @@ struct device_result::state {
   state() = default;
   state(const state&) = delete;
   state& operator=(const state&) = delete;
-  ~state() = default;
   [[nodiscard]] std::byte* bytes() const noexcept { return static_cast<std::byte*>(block.data()); }
 };
 
@@ -387,12 +386,12 @@ struct device_postprocessor::impl {
   }
 
   /// A step's results: its layout and a pinned block from the pool.
-  std::unique_ptr<device_result::state> new_result(const layout& l, const dims& n, std::size_t need, std::size_t want) {
+  std::unique_ptr<device_result::state> new_result(const layout& l, const dims& n, std::size_t block) {
     auto r = std::make_unique<device_result::state>();
     r->pool = pool;
     r->l = l;
     r->n = n;
-    r->block = pool->take(std::max(need, want));
+    r->block = pool->take(block);
     return r;
   }
 
@@ -481,7 +480,7 @@ device_result device_postprocessor::enqueue(const device_job& job, void* stream)
   const std::size_t block = block_bytes(layout_for(largest));
   require(block_bytes(l) <= block, "a step of " + std::to_string(job.tokens) + " tokens in " +
                                        std::to_string(job.docs) + " documents outgrows the staging block");
-  auto result = d.new_result(l, n, block_bytes(l), block);
+  auto result = d.new_result(l, n, block);
   result->expected_tokens = job.tokens;
 
   // 1. Inputs, written by this thread into the step's own block (no copy reads
@@ -528,7 +527,7 @@ device_result device_postprocessor::enqueue_rows(const rows_job& job, void* stre
   require(job.anchors.num_anchors == job.mask.num_blocks, "anchors.num_anchors != mask.num_blocks");
   dims n{};
   const layout l = rows_layout_for(job, n);  // one shape per run: buffers are reused as they are
-  auto result = d.new_result(l, n, block_bytes(l), block_bytes(l));
+  auto result = d.new_result(l, n, block_bytes(l));
   result->rows = true;
   return d.run_step(std::move(result), s, l.total, [&](std::byte* a) {
     const std::int32_t S = job.seq_len, F = job.feature;

@@ -60,13 +60,13 @@ struct postprocess {
   device_postprocessor* device = nullptr;  ///< the CUDA path's kernels and pinned buffers
   std::shared_ptr<hs_staging<B>> staging;  ///< the host twin's pinned staging (CUDA: the device's own pool)
   dflash::ops::tile_shape tile{128, 128};
-  std::int64_t batches = 0;
+  std::int64_t batches = 0;  ///< --hs-link rows: batches popped so far (one worker: the pop order)
 
   /// The pinned staging pool's counts (empty before the first item, or without one).
   [[nodiscard]] std::optional<dflash::pinned_pool_stats> staging_stats() const {
     if constexpr (on_host_twin) return staging->stats();
     else return device ? device->staging_stats() : std::nullopt;
-  }  ///< --hs-link rows: batches popped so far (one worker: the pop order)
+  }
 
   std::unique_ptr<HsItem> operator()(HsRows<B>& in, const dflash::device_stream<B>& s)
     requires rows
@@ -116,13 +116,13 @@ struct postprocess {
     const dflash::ops::anchor_params ap = setup->anchor_params(in.step);
     if constexpr (on_host_twin) {
       size_outputs(*out, D, N);
-      // The packed states stage through pinned memory as the CUDA path's do; the block goes back
-      // once the stream's work below has read it.
-      // One size for every step: the largest, --seq-len tokens.
-      auto& pool = staging->pool(s.backend(), static_cast<std::size_t>(setup->opts.seq_len) *
-                                                  static_cast<std::size_t>(D) * sizeof(float));
-      auto block = pool.acquire(static_cast<std::size_t>(setup->opts.seq_len) * static_cast<std::size_t>(D) *
-                                sizeof(float));
+      // The packed states stage through pinned memory as the CUDA path's do, in blocks of one
+      // size for every step (the largest, --seq-len tokens); a block goes back once the
+      // stream's work below has read it.
+      const std::size_t bytes =
+          static_cast<std::size_t>(setup->opts.seq_len) * static_cast<std::size_t>(D) * sizeof(float);
+      auto& pool = staging->pool(s.backend(), bytes);
+      auto block = pool.acquire(bytes);
       // The stream's work: reads the slot (after the pipeline's wait on it), writes *item.
       s.enqueue([this, item = out.get(), padded = in.hidden.data(), lengths = tb.lengths, docs = tb.num_docs(),
                  seq = tb.seq, mp, ap, pinned = static_cast<float*>(block.data())] {
