@@ -72,8 +72,8 @@ struct advised {
   dflash::analysis::advice_options options;
 };
 inline advised advise_on(const dflash::profile_snapshot& snap, const dflash::analysis::pipeline_layout& lay,
-                         const Options& o, double cpu_ns, double tokens_per_step) {
-  advised r{{}, advice_options_for(o, lay)};
+                         const Options& o, double cpu_ns, double tokens_per_step, knob_names names = knob_names::cli) {
+  advised r{{}, advice_options_for(o, lay, names)};
   auto& a = r.options;
   a.model.process_cpu_ns = cpu_ns;
   a.model.seed = o.seed;

@@ -114,7 +114,8 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
   // string is rewritten (transform, not check: a check cannot modify it) to
   // its canonical decimal form, so CLI11's own
   // conversion into the variable sees exactly the value that was checked.
-  auto in_range = [](std::int64_t lo, std::int64_t hi) {
+  auto in_range = [](int_range r) {
+    const std::int64_t lo = r.lo, hi = r.hi;
     return CLI::Validator(
         [lo, hi](std::string& s) -> std::string {
           const auto v = parse_decimal<std::int64_t>(s);
@@ -126,24 +127,24 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
         },
         "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   };
-  app.add_option("--steps", o.steps, "batches to train on")->transform(in_range(1, std::int64_t{1} << 40))->capture_default_str();
-  app.add_option("--target-workers", o.target_workers, "target-forward threads")->transform(in_range(1, 256))->capture_default_str();
+  app.add_option("--steps", o.steps, "batches to train on")->transform(in_range(limits::steps))->capture_default_str();
+  app.add_option("--target-workers", o.target_workers, "target-forward threads")->transform(in_range(limits::target_workers))->capture_default_str();
   app.add_option("--batch-queue-depth", o.batch_queue_depth, "capacity of the source -> target queue")
-      ->transform(in_range(1, 1 << 20))->capture_default_str();
+      ->transform(in_range(limits::depth))->capture_default_str();
   app.add_option("--post-link-depth", o.post_link_depth,
                  "slots of the hs_device link (target workers -> postprocess, device-resident)")
-      ->transform(in_range(1, 1 << 20))->capture_default_str();
+      ->transform(in_range(limits::depth))->capture_default_str();
   app.add_option("--hs-queue-depth", o.hs_queue_depth, "capacity of the HS queue (postprocess -> drafter)")
-      ->transform(in_range(1, 1 << 20))->capture_default_str();
+      ->transform(in_range(limits::depth))->capture_default_str();
   app.add_option("--hidden", o.hidden, "target hidden width (the drafter reads 3 tapped layers: 3 x hidden features)")
-      ->transform(in_range(1, 4096))->capture_default_str();
+      ->transform(in_range(limits::hidden))->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "packed tokens per batch (whole documents of 48..192 tokens)")
-      ->transform(in_range(48, 1 << 16))->capture_default_str();
+      ->transform(in_range(limits::seq_len))->capture_default_str();
   app.add_option("--block-size", o.block_size, "DFlash block size (anchor + block_size-1 masked slots)")
-      ->transform(in_range(2, 32))->capture_default_str();
-  app.add_option("--anchors", o.anchors, "anchors (blocks) per sequence")->transform(in_range(1, 512))->capture_default_str();
+      ->transform(in_range(limits::block_size))->capture_default_str();
+  app.add_option("--anchors", o.anchors, "anchors (blocks) per sequence")->transform(in_range(limits::anchors))->capture_default_str();
   app.add_option("--window", o.window, "drafter context window in tokens (0 = full attention)")
-      ->transform(in_range(0, 1 << 20))->capture_default_str();
+      ->transform(in_range(limits::window))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of data, anchors and the drafter's init")
       ->transform(CLI::Validator(
           [](std::string& s) -> std::string {
@@ -221,7 +222,7 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
                                 "configuration as measured, and a table sets predicted beside measured (profiled build)");
   auto* validate_rounds =
       app.add_option("--validate-rounds", o.validate_rounds, "interleaved rounds of the --validate runs")
-          ->transform(in_range(1, 1000))
+          ->transform(in_range(limits::validate_rounds))
           ->capture_default_str();
   app.add_option("--slow-drafter", o.slow_drafter,
                  "each drafter step takes this many times as long (the extra time spins on the CPU): a known "

@@ -16,6 +16,23 @@ enum class hs_link_kind {
 };
 enum class output_format { table, json };
 
+/// The valid values of an integer option, inclusive: the CLI (cli.hpp) and the Python module
+/// (examples/python) check the same ranges.
+struct int_range {
+  std::int64_t lo, hi;
+};
+namespace limits {
+inline constexpr int_range steps{1, std::int64_t{1} << 40};
+inline constexpr int_range target_workers{1, 256};
+inline constexpr int_range depth{1, 1 << 20};  ///< every link's depth
+inline constexpr int_range hidden{1, 4096};
+inline constexpr int_range seq_len{48, 1 << 16};
+inline constexpr int_range block_size{2, 32};
+inline constexpr int_range anchors{1, 512};
+inline constexpr int_range window{0, 1 << 20};
+inline constexpr int_range validate_rounds{1, 1000};
+}  // namespace limits
+
 struct Options {
   std::int64_t steps = 200;             ///< batches the source produces (= drafter steps, minus dropped samples)
   std::int32_t target_workers = 2;      ///< threads running the target forward

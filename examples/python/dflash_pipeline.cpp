@@ -40,7 +40,7 @@
 #include <dflash/device/cuda_backend.hpp>
 #endif
 
-#include "advice.hpp"  // process_cpu_ns
+#include "advice.hpp"
 #include "batch_source.hpp"
 #include "device_postprocess.hpp"
 #include "payloads.hpp"
@@ -244,10 +244,10 @@ constexpr bool built_with_cuda = true;
 constexpr bool built_with_cuda = false;
 #endif
 
-void check_range(const char* name, std::int64_t v, std::int64_t lo, std::int64_t hi) {
-  if (v < lo || v > hi)
+void check_range(const char* name, std::int64_t v, ex::int_range r) {
+  if (v < r.lo || v > r.hi)
     throw py::value_error(std::string("dflash_pipeline.HiddenStates: ") + name + "=" + std::to_string(v) +
-                          " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+                          " is out of range [" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + "]");
 }
 
 /// The Python object: builds the setup, starts the pipeline, hands out its batches.
@@ -257,15 +257,15 @@ class hidden_states {
                 std::int32_t seq_len, std::int32_t block_size, std::int32_t anchors, std::int32_t hs_queue_depth,
                 std::int32_t post_link_depth, std::int32_t batch_queue_depth, std::uint64_t seed,
                 std::vector<std::string> what_if, std::int64_t fail_at_step) {
-    check_range("steps", steps, 1, std::int64_t{1} << 40);
-    check_range("target_workers", target_workers, 1, 256);
-    check_range("hidden", hidden, 1, 4096);
-    check_range("seq_len", seq_len, 48, 1 << 16);
-    check_range("block_size", block_size, 2, 32);
-    check_range("anchors", anchors, 1, 512);
-    check_range("hs_queue_depth", hs_queue_depth, 1, 1 << 20);
-    check_range("post_link_depth", post_link_depth, 1, 1 << 20);
-    check_range("batch_queue_depth", batch_queue_depth, 1, 1 << 20);
+    check_range("steps", steps, ex::limits::steps);
+    check_range("target_workers", target_workers, ex::limits::target_workers);
+    check_range("hidden", hidden, ex::limits::hidden);
+    check_range("seq_len", seq_len, ex::limits::seq_len);
+    check_range("block_size", block_size, ex::limits::block_size);
+    check_range("anchors", anchors, ex::limits::anchors);
+    check_range("hs_queue_depth", hs_queue_depth, ex::limits::depth);
+    check_range("post_link_depth", post_link_depth, ex::limits::depth);
+    check_range("batch_queue_depth", batch_queue_depth, ex::limits::depth);
     if (device != "cpu" && device != "cuda")
       throw py::value_error("dflash_pipeline.HiddenStates: device='" + device + "' (expected 'cpu' or 'cuda')");
     ex::Options o;
@@ -357,14 +357,11 @@ class hidden_states {
     const dflash::analysis::pipeline_layout lay = run_ ? run_->layout() : layout_;
     ex::Options o = setup_->opts;
     o.profile_format = format == "json" ? ex::output_format::json : ex::output_format::table;
-    auto a = ex::advice_options_for(o, lay, ex::knob_names::python);
-    a.model.seed = o.seed;
-    a.model.process_cpu_ns = ex::process_cpu_ns() - cpu0_;
-    if (const double delivered = static_cast<double>(out_.taken()); delivered > 0) {
-      a.unit = "tokens/s";
-      a.units_per_item = static_cast<double>(tokens_.load()) / delivered;
-    }
-    const std::string advice = dflash::analysis::format_advice(dflash::analysis::advise(snap, lay, a), a);
+    const double delivered = static_cast<double>(out_.taken());
+    const ex::advised adv = ex::advise_on(snap, lay, o, ex::process_cpu_ns() - cpu0_,
+                                          delivered > 0 ? static_cast<double>(tokens_.load()) / delivered : 0,
+                                          ex::knob_names::python);
+    const std::string advice = dflash::analysis::format_advice(adv.advice, adv.options);
     const std::optional<dflash::pinned_pool_stats> st = run_ ? run_->staging_stats() : staging_;
     if (format == "json") {
       std::string staging = "null";
