@@ -142,6 +142,19 @@ std::string verify(const std::vector<result>& got, int n) {
   if (static_cast<int>(got.size()) != n) return std::to_string(got.size()) + " of " + std::to_string(n) + " items";
   return {};
 }
+
+// n items through graphed<fill> -> check: what verify() found wrong ("" if nothing), and the
+// stage's counts.
+struct direct_run {
+  std::string wrong;
+  dflash::graph_stats stats;
+};
+direct_run run_direct(int n, fill_opts o, const direct::shape_type& shape = direct::default_shape()) {
+  std::vector<result> got;
+  direct p(shape, dflash_test::numbers{n}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
+  p.run_to_completion();
+  return {verify(got, n), p.stage<direct::stage_index<"fill">>().stats()};
+}
 }  // namespace
 
 TEST_CASE("graphed: one capture per slot, one launch per item, each item's own values", "[graphed]") {
@@ -162,13 +175,11 @@ TEST_CASE("graphed: one capture per slot, one launch per item, each item's own v
 
 TEST_CASE("graphed: a slot whose buffers change gets a new capture", "[graphed]") {
   watchdog wd("graphed recapture");
-  std::vector<result> got;
   fill_opts o;
   o.vary_size = true;
-  direct p(dflash_test::numbers{60}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
-  p.run_to_completion();
-  CHECK(verify(got, 60).empty());
-  const auto st = p.stage<direct::stage_index<"fill">>().stats();
+  const direct_run r = run_direct(60, o);
+  CHECK(r.wrong.empty());
+  const auto& st = r.stats;
   CHECK(st.launches == 60);
   CHECK(st.captures >= 2);  // both sizes
   CHECK(st.captures <= 12);  // 4 slots x (small, large once grown, small again in the grown buffer)
@@ -176,12 +187,9 @@ TEST_CASE("graphed: a slot whose buffers change gets a new capture", "[graphed]"
 
 TEST_CASE("graphed: an item's value baked into the launch is replayed stale (the control)", "[graphed]") {
   watchdog wd("graphed control");
-  std::vector<result> got;
   fill_opts o;
   o.bake = true;
-  direct p(dflash_test::numbers{40}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
-  p.run_to_completion();
-  CHECK_FALSE(verify(got, 40).empty());  // replays wrote the captured item's pattern
+  CHECK_FALSE(run_direct(40, o).wrong.empty());  // replays wrote the captured item's pattern
 }
 
 TEST_CASE("graphed: launch -> launch through two graphed stages", "[graphed]") {
@@ -250,25 +258,23 @@ TEST_CASE("graphed: randomized runs over depths, workers, sizes and call shapes 
     fill_opts o;
     o.words = static_cast<std::size_t>(pick(1, 256));
     o.vary_size = pick(0, 1) == 1;
-    std::vector<result> got;
     if (pick(0, 1)) {
       auto shape = direct::default_shape();
       shape.depths[direct::link_index<"hs">] = static_cast<std::size_t>(pick(1, 6));
       shape.workers[direct::stage_index<"fill">] = static_cast<std::size_t>(pick(1, 3));
       shape.workers[direct::stage_index<"check">] = static_cast<std::size_t>(pick(1, 2));
-      direct p(shape, dflash_test::numbers{n}, dflash::graphed<fill>{fill{o}}, check<1>{}, collect{&got});
-      p.run_to_completion();
-      const auto st = p.stage<direct::stage_index<"fill">>().stats();
-      if (st.launches != static_cast<std::uint64_t>(n)) return "launches " + std::to_string(st.launches);
-    } else {
-      auto shape = relayed::default_shape();
-      shape.depths[relayed::link_index<"hs">] = static_cast<std::size_t>(pick(1, 6));
-      shape.depths[relayed::link_index<"hs2">] = static_cast<std::size_t>(pick(1, 4));
-      shape.workers[relayed::stage_index<"fill">] = static_cast<std::size_t>(pick(1, 3));
-      relayed p(shape, dflash_test::numbers{n}, dflash::graphed<fill>{fill{o}}, dflash::graphed<relay>{relay{}},
-                check<2>{}, collect{&got});
-      p.run_to_completion();
+      const direct_run r = run_direct(n, o, shape);
+      if (r.stats.launches != static_cast<std::uint64_t>(n)) return "launches " + std::to_string(r.stats.launches);
+      return r.wrong;
     }
+    auto shape = relayed::default_shape();
+    shape.depths[relayed::link_index<"hs">] = static_cast<std::size_t>(pick(1, 6));
+    shape.depths[relayed::link_index<"hs2">] = static_cast<std::size_t>(pick(1, 4));
+    shape.workers[relayed::stage_index<"fill">] = static_cast<std::size_t>(pick(1, 3));
+    std::vector<result> got;
+    relayed p(shape, dflash_test::numbers{n}, dflash::graphed<fill>{fill{o}}, dflash::graphed<relay>{relay{}},
+              check<2>{}, collect{&got});
+    p.run_to_completion();
     return verify(got, n);
   });
 }
