@@ -2,14 +2,20 @@
 // buffers) and replayed per item, later, on the stream's thread. Per-item values travel through
 // slot memory (prepare's write, on the stream), so a replay computes each item's own result; a stage that bakes
 // an item's value into its launch is caught (the control); what cannot be captured fails naming
-// the stage; randomized runs over depths, workers, sizes and call shapes keep every item once.
+// the stage; a producer into a device_queue_link keys on its worker's scratch; randomized runs
+// over depths, workers, sizes and call shapes keep every item (every row) once.
 #include <catch2/catch.hpp>
 #include <dflash/device/host_stream_backend.hpp>
 #include <dflash/pipeline.hpp>
 #include <dflash/pipeline/graphed.hpp>
+#include <dflash/pipeline/links/device_queue.hpp>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -123,6 +129,92 @@ struct check {  // device link -> host value
 
 using collect = dflash_test::collect<result>;
 
+// Host -> rows (a device_queue_link), graphed: only the device knows how many rows a call
+// pushes, so the count lives in memory too. Per-item values go to this worker's scratch (its
+// stream orders its items), and the key names the worker and the call's pusher (the link's
+// records are reused: a few keys). after_launch runs once per item, outside the capture.
+struct row_out {
+  int item;
+  int j;
+};
+using out_rows = dflash::device_rows<row_out, B>;
+constexpr std::uint32_t row_bound = 4;
+int rows_of(int x) { return (x * 7) % static_cast<int>(row_bound + 1); }
+
+struct push_rows {
+  static constexpr dflash::fixed_string name{"push_rows"};
+  using input_type = int;
+  using output_type = out_rows;
+  std::shared_ptr<std::vector<dflash::device_buffer<int, B>>> scratch;  // [workers]: {item, rows}
+  std::shared_ptr<std::atomic<int>> after = std::make_shared<std::atomic<int>>(0);
+  void prepare(int& x, out_rows&, const DS& s, std::size_t w) const {
+    int* p = scratch->at(w).ensure(2, s);
+    s.enqueue([p, x] {
+      p[0] = x;
+      p[1] = rows_of(x);
+    });
+  }
+  void launch(const int&, out_rows& out, const DS& s, std::size_t w) const {
+    s.enqueue([p = scratch->at(w).data(), push = out.pusher()] {
+      for (int j = 0; j < p[1]; ++j) (void)push.push(row_out{p[0], j});
+    });
+  }
+  auto graph_key(const int&, const out_rows& out, std::size_t w) const {
+    return std::tuple(w, out.pusher().pushed, scratch->at(w).data());
+  }
+  void after_launch(int&, out_rows&, const DS&, std::size_t) const { after->fetch_add(1); }
+};
+
+struct row_log {
+  std::mutex m;
+  std::vector<row_out> got;
+};
+struct take_rows {  // rows -> sink: its batch read in work on its stream
+  static constexpr dflash::fixed_string name{"take_rows"};
+  using input_type = out_rows;
+  using output_type = void;
+  row_log* log;
+  void operator()(out_rows& in, const DS& s) const {
+    s.enqueue([b = in.batch(), log = log] {
+      const std::uint32_t n = b.count();
+      const std::lock_guard lk(log->m);
+      for (std::uint32_t i = 0; i < n; ++i) log->got.push_back(b[i]);
+    });
+  }
+};
+using rows_direct = dflash::Pipeline<dflash::NullProfiler, dflash_test::numbers, dflash::queue_link<"in", 4>,
+                                     dflash::workers<dflash::graphed<push_rows>, 2>,
+                                     dflash::device_queue_link<"rows", 32, row_bound, 6>, take_rows>;
+
+struct rows_run {
+  std::string wrong;
+  dflash::graph_stats stats;
+  int after = 0;
+};
+// n items through graphed<push_rows> -> take_rows: every row of every item once.
+rows_run run_rows(int n, const rows_direct::shape_type& shape = rows_direct::default_shape()) {
+  push_rows st;  // its scratch lives in the pipeline's copies only: freed before the pipeline's backend
+  st.scratch = std::make_shared<std::vector<dflash::device_buffer<int, B>>>(
+      shape.workers[rows_direct::stage_index<"push_rows">]);
+  const auto after = st.after;
+  row_log log;
+  rows_direct p(shape, dflash_test::numbers{n}, dflash::graphed<push_rows>{std::move(st)}, take_rows{&log});
+  p.run_to_completion();
+  rows_run r{{}, p.stage<rows_direct::stage_index<"push_rows">>().stats(), after->load()};
+  std::set<std::pair<int, int>> seen;
+  std::size_t want = 0;
+  for (int x = 0; x < n; ++x) want += static_cast<std::size_t>(rows_of(x));
+  for (const row_out& o : log.got) {
+    if (o.item < 0 || o.item >= n || o.j < 0 || o.j >= rows_of(o.item))
+      r.wrong = "a row no item pushed: (" + std::to_string(o.item) + ", " + std::to_string(o.j) + ")";
+    else if (!seen.emplace(o.item, o.j).second)
+      r.wrong = "row (" + std::to_string(o.item) + ", " + std::to_string(o.j) + ") arrived twice";
+    if (!r.wrong.empty()) return r;
+  }
+  if (seen.size() != want) r.wrong = std::to_string(seen.size()) + " of " + std::to_string(want) + " rows";
+  return r;
+}
+
 using direct = dflash::Pipeline<dflash::NullProfiler, dflash_test::numbers, dflash::queue_link<"in", 4>,
                                 dflash::workers<dflash::graphed<fill>, 2>, dflash::device_link<"hs", 4>, check<1>,
                                 dflash::queue_link<"out", 8>, collect>;
@@ -202,6 +294,16 @@ TEST_CASE("graphed: launch -> launch through two graphed stages", "[graphed]") {
   CHECK(p.stage<relayed::stage_index<"relay">>().stats().launches == 80);
 }
 
+TEST_CASE("graphed: into a device_queue_link, per-worker scratch in the key, after_launch once per item",
+          "[graphed]") {
+  watchdog wd("graphed rows");
+  const rows_run r = run_rows(120);
+  CHECK(r.wrong.empty());
+  CHECK(r.stats.launches == 120);
+  CHECK(r.after == 120);
+  CHECK(r.stats.captures >= 1);
+}
+
 TEST_CASE("graphed: work that cannot be captured fails the run naming the stage", "[graphed]") {
   watchdog wd("graphed error");
   const auto fails = [](fill_opts o, const char* why) {
@@ -258,7 +360,18 @@ TEST_CASE("graphed: randomized runs over depths, workers, sizes and call shapes 
     fill_opts o;
     o.words = static_cast<std::size_t>(pick(1, 256));
     o.vary_size = pick(0, 1) == 1;
-    if (pick(0, 1)) {
+    const int call_shape = pick(0, 2);
+    if (call_shape == 2) {  // host -> rows
+      auto shape = rows_direct::default_shape();
+      shape.depths[rows_direct::link_index<"rows">] = static_cast<std::size_t>(pick(static_cast<int>(row_bound), 40));
+      shape.workers[rows_direct::stage_index<"push_rows">] = static_cast<std::size_t>(pick(1, 3));
+      shape.workers[rows_direct::stage_index<"take_rows">] = static_cast<std::size_t>(pick(1, 2));
+      const rows_run r = run_rows(n, shape);
+      if (r.stats.launches != static_cast<std::uint64_t>(n) || r.after != n)
+        return "launches " + std::to_string(r.stats.launches) + ", after_launch " + std::to_string(r.after);
+      return r.wrong;
+    }
+    if (call_shape == 1) {
       auto shape = direct::default_shape();
       shape.depths[direct::link_index<"hs">] = static_cast<std::size_t>(pick(1, 6));
       shape.workers[direct::stage_index<"fill">] = static_cast<std::size_t>(pick(1, 3));

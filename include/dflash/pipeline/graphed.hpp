@@ -12,7 +12,11 @@
 //                                                          // slot's device memory (a copy on s)
 //     void launch(const int& x, Slot& out, const DS& s);   // captured once per key, then replayed
 //     auto graph_key(const int& x, const Slot& out) const; // what the launches depend on
+//     void after_launch(int& x, Slot& out, const DS& s);   // optional, each item, not captured:
+//                                                          // what must follow the replay on s
 //   };
+// Each of the four may take a trailing worker index (std::size_t), as a stage's call may: a
+// stage with per-worker scratch names it in its key.
 //   dflash::Pipeline<P, src, q, dflash::graphed<fill>, dflash::device_link<"hs", 4>, ...>
 //
 // The rule a graph imposes: launch() is recorded once, with the values it had then; a replay
@@ -28,6 +32,7 @@
 
 #include <atomic>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -62,18 +67,29 @@ struct graphed_keys<S> {
 template <class S>
 using graphed_backend_t = typename S::output_type::backend_type;
 
+// The key of an item, with the worker index when graph_key takes one.
 template <class S>
-using graph_key_t = std::remove_cvref_t<decltype(std::declval<const S&>().graph_key(
-    std::declval<const typename S::input_type&>(), std::declval<const typename S::output_type&>()))>;
+decltype(auto) graph_key_of(const S& s, const typename S::input_type& x, const typename S::output_type& out,
+                            std::size_t worker) {
+  if constexpr (requires { s.graph_key(x, out, worker); }) return s.graph_key(x, out, worker);
+  else return s.graph_key(x, out);
+}
+
+template <class S>
+using graph_key_t = std::remove_cvref_t<decltype(graph_key_of(std::declval<const S&>(),
+                                                              std::declval<const typename S::input_type&>(),
+                                                              std::declval<const typename S::output_type&>(),
+                                                              std::size_t{}))>;
 }  // namespace detail
 
 template <class S>
 concept GraphableStage = requires { typename S::output_type::backend_type; } &&
                          GraphBackend<detail::graphed_backend_t<S>> &&
                          requires(S& s, typename S::input_type& x, typename S::output_type& out,
-                                  const device_stream<detail::graphed_backend_t<S>>& ds) {
-                           s.launch(x, out, ds);
-                           { std::as_const(s).graph_key(std::as_const(x), std::as_const(out)) };
+                                  const device_stream<detail::graphed_backend_t<S>>& ds, std::size_t w) {
+                           requires requires { s.launch(x, out, ds); } || requires { s.launch(x, out, ds, w); };
+                           requires requires { std::as_const(s).graph_key(std::as_const(x), std::as_const(out)); } ||
+                                        requires { std::as_const(s).graph_key(std::as_const(x), std::as_const(out), w); };
                          } &&
                          std::totally_ordered<detail::graph_key_t<S>>;
 
@@ -81,7 +97,8 @@ template <class S>
 struct graphed : detail::graphed_keys<S> {
   static_assert(GraphableStage<S>,
                 "dflash::graphed<S>: S needs launch(in, out, stream) (the captured work), graph_key(in, out) "
-                "const returning an ordered value (what the launches depend on), a device slot as output_type, "
+                "const returning an ordered value (what the launches depend on), either with an optional trailing "
+                "worker index, a device slot (or device_rows) as output_type, "
                 "and a backend that can capture graphs (cuda_backend, host_stream_backend)");
   using B = detail::graphed_backend_t<S>;
   using key_type = detail::graph_key_t<S>;
@@ -104,17 +121,23 @@ struct graphed : detail::graphed_keys<S> {
 
   template <class In>
     requires std::same_as<std::remove_cvref_t<In>, input_type>
-  void operator()(In&& x, output_type& out, const device_stream<B>& s) {
-    if constexpr (requires { stage.prepare(x, out, s); }) stage.prepare(x, out, s);
-    const typename B::graph_type& g = cache_->get(stage.graph_key(std::as_const(x), std::as_const(out)), s, [&] {
-      stage.launch(x, out, s);
-    });
+  void operator()(In&& x, output_type& out, const device_stream<B>& s, std::size_t worker) {
+    if constexpr (requires { stage.prepare(x, out, s, worker); }) stage.prepare(x, out, s, worker);
+    else if constexpr (requires { stage.prepare(x, out, s); }) stage.prepare(x, out, s);
+    const typename B::graph_type& g =
+        cache_->get(detail::graph_key_of(stage, std::as_const(x), std::as_const(out), worker), s,
+                    [&] {
+                      if constexpr (requires { stage.launch(x, out, s, worker); }) stage.launch(x, out, s, worker);
+                      else stage.launch(x, out, s);
+                    });
     try {
       s.backend().launch_graph(g, s.native());
     } catch (const std::exception& e) {
       throw failed("replaying its graph failed", e);
     }
     cache_->launched();
+    if constexpr (requires { stage.after_launch(x, out, s, worker); }) stage.after_launch(x, out, s, worker);
+    else if constexpr (requires { stage.after_launch(x, out, s); }) stage.after_launch(x, out, s);
   }
 
   [[nodiscard]] graph_stats stats() const { return cache_->stats(); }
