@@ -205,6 +205,10 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
                      "batch, across steps and documents (the ring holds --post-link-depth + 1 batches)")
           ->check(CLI::IsMember({"slots", "rows"}))
           ->capture_default_str();
+  auto* graphs = app.add_flag("--cuda-graphs", o.cuda_graphs,
+                              "the target forward as a dflash::graphed stage: its work for a step is captured once "
+                              "per worker and slot into a CUDA graph and replayed with one launch per step (the host "
+                              "twin records and replays its enqueued work the same way). With --hs-link slots");
   app.add_option("--progress-interval", o.progress_interval, "seconds between progress lines (0 = only the last)")
       ->check(seconds(min_interval_s, max_progress_interval_s))
       ->capture_default_str();
@@ -304,6 +308,11 @@ inline std::optional<int> parse_cli(int argc, char** argv, Options& o, bool prof
     if (validate->count() > 0) return usage("--ranks: --validate runs configurations in one process, not an MPI job");
     o.target_ranks = t;
     o.drafter_ranks = d;
+  }
+  if (graphs->count() > 0) {
+    if (hs_link == "rows")
+      return usage("--cuda-graphs: the graphed target forward writes hs_device slots: use --hs-link slots");
+    if (ranks_opt->count() > 0) return usage("--cuda-graphs: not supported in an MPI job (--ranks)");
   }
   if (gpus_opt->count() > 0) {
     if (const std::string why = parse_gpus(gpus, o.gpus); !why.empty()) return usage("--gpus: " + why);

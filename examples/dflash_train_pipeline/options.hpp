@@ -40,6 +40,7 @@ struct Options {
   std::int32_t post_link_depth = 4;     ///< slots of the hs_device link (target workers -> postprocess);
                                         ///< --hs-link rows: the hs_rows ring holds this many batches more than one
   hs_link_kind hs_link = hs_link_kind::slots;
+  bool cuda_graphs = false;             ///< --cuda-graphs: the target forward replays a captured graph per step
   std::int32_t hs_queue_depth = 60;     ///< postprocess -> drafter (the HS queue)
   std::int32_t hidden = 64;             ///< target hidden width; the drafter sees taps * hidden features
   std::int32_t seq_len = 384;           ///< packed tokens per batch (whole documents, at most this many)

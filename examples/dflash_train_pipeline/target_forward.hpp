@@ -18,6 +18,28 @@
 
 namespace dflash_example {
 
+/// The GPU forwards of `workers` target workers: the weights once per device, scratch per worker
+/// sized for --seq-len (target_forward_gpu.hpp). --gpus: worker w runs on gpus[w % n], as the
+/// pipeline places it, and uses the forward made on that device (element w % n).
+template <dflash::DeviceBackend B>
+std::vector<std::shared_ptr<target_forward_gpu>> make_target_forward_gpus(const Setup& s, std::size_t workers) {
+  std::vector<std::shared_ptr<target_forward_gpu>> gpu;
+  const std::vector<int>& g = s.opts.gpus;
+  if (g.empty()) {
+    gpu.push_back(std::make_shared<target_forward_gpu>(s.target, s.opts.seq_len, workers));
+    return gpu;
+  }
+  B b;
+  const int was = b.current_device();
+  const std::size_t per_device = (workers + g.size() - 1) / g.size();
+  for (const int d : g) {
+    b.set_device(d);
+    gpu.push_back(std::make_shared<target_forward_gpu>(s.target, s.opts.seq_len, per_device));
+  }
+  b.set_device(was);
+  return gpu;
+}
+
 /// The frozen target: a forward over the padded documents, taps concatenated.
 /// Out is where its hidden states go:
 ///   HsSlot<B> (--hs-link slots)  the padded [docs, seq, feature] states in a device_link slot;
@@ -41,24 +63,7 @@ struct target_forward {
 
   target_forward(const P& p, const Setup* s, std::size_t workers) : prof(p), setup(s), staging(workers) {
     for (auto& st : staging) st = std::make_unique<upload>();
-    // The weights once per device, scratch per worker sized for --seq-len
-    // (target_forward_gpu.hpp). --gpus: worker w runs on gpus[w % n], as the
-    // pipeline places it, and uses the forward made on that device.
-    if constexpr (on_gpu) {
-      const std::vector<int>& g = s->opts.gpus;
-      if (g.empty()) {
-        gpu.push_back(std::make_shared<target_forward_gpu>(s->target, s->opts.seq_len, workers));
-      } else {
-        B b;
-        const int was = b.current_device();
-        const std::size_t per_device = (workers + g.size() - 1) / g.size();
-        for (const int d : g) {
-          b.set_device(d);
-          gpu.push_back(std::make_shared<target_forward_gpu>(s->target, s->opts.seq_len, per_device));
-        }
-        b.set_device(was);
-      }
-    }
+    if constexpr (on_gpu) gpu = make_target_forward_gpus<B>(*s, workers);
   }
 
   [[no_unique_address]] dflash::profiler_ref<P, keys> prof;  // keys checked in every build

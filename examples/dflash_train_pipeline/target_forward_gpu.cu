@@ -73,14 +73,13 @@ unsigned grid_for(std::size_t items) {
 
 // ---- kernels (n = S * H elements; index i = s * H + h unless said otherwise) ----
 
-/// keys[h * S + s] = scan_key(h, doc[s], docs) (target_forward_gpu.hpp).
-__global__ void scan_keys_kernel(const std::int32_t* doc, std::int32_t S, std::int32_t H, std::int32_t docs,
-                                 std::int32_t* keys) {
+/// keys[h * S + s] = scan_key(h, doc[s]) (target_forward_gpu.hpp).
+__global__ void scan_keys_kernel(const std::int32_t* doc, std::int32_t S, std::int32_t H, std::int32_t* keys) {
   const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(H);
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
     const auto h = static_cast<std::int32_t>(i / static_cast<std::size_t>(S));
     const auto s = static_cast<std::int32_t>(i % static_cast<std::size_t>(S));
-    keys[i] = scan_key(h, doc[s], docs);
+    keys[i] = scan_key(h, doc[s]);
   }
 }
 
@@ -140,14 +139,17 @@ __global__ void residual_kernel(const float* u, const float* b, std::int32_t S, 
     x[i] += tanhf(u[i] + b[i % hs]);
 }
 
-/// out[dst[s] * F + column + h] = x[s * H + h]: tap k's columns of the slot's rows.
+/// out[dst[s] * F + column + h] = x[s * H + h]: tap k's columns of the slot's rows (dst -1: a
+/// padding row of the graphed forward, written nowhere).
 __global__ void tap_kernel(const float* x, const std::int32_t* dst, std::int32_t S, std::int32_t H, std::int32_t F,
                            std::int32_t column, float* out) {
   const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(H);
   const auto hs = static_cast<std::size_t>(H);
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
-    out[static_cast<std::size_t>(dst[i / hs]) * static_cast<std::size_t>(F) + static_cast<std::size_t>(column) + i % hs] =
-        x[i];
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::int32_t row = dst[i / hs];
+    if (row >= 0)
+      out[static_cast<std::size_t>(row) * static_cast<std::size_t>(F) + static_cast<std::size_t>(column) + i % hs] = x[i];
+  }
 }
 
 /// One thread: S rows of the ring for this call (counted; a failure marks the count).
@@ -264,9 +266,7 @@ struct target_forward_gpu::impl {
   /// Worker w's state with its plan for this step, checked (check_step).
   worker_state& planned(std::size_t w, std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
                         std::int32_t seq) {
-    require(w < workers.size(),
-            "worker " + std::to_string(w) + " out of range (" + std::to_string(workers.size()) + " workers)");
-    worker_state& st = *workers[w];
+    worker_state& st = worker(w);
     plan_target_forward(st.plan, tokens, lengths, seq, vocab);
     check_step(st.plan);
     return st;
@@ -274,6 +274,17 @@ struct target_forward_gpu::impl {
   void run_forward(worker_state& st, const target_forward_plan& plan, std::span<const std::int32_t> loss, float* out,
                    std::size_t zero_elems, void* stream,
                    const std::function<void(const std::int32_t* ints, cudaStream_t)>& after);
+  /// Step 1: the plan's arrays (and `loss`) into the worker's device block, cuBLAS on `s`.
+  void upload_inputs(worker_state& st, const target_forward_plan& plan, std::span<const std::int32_t> loss,
+                     cudaStream_t s);
+  /// Steps 2-3 over S rows of the worker's block: launches only (no event, no wait, no allocation).
+  void launch_forward(worker_state& st, std::int32_t S, float* out, std::size_t zero_elems, std::size_t scan_bytes,
+                      cudaStream_t s);
+  worker_state& worker(std::size_t w) {
+    require(w < workers.size(),
+            "worker " + std::to_string(w) + " out of range (" + std::to_string(workers.size()) + " workers)");
+    return *workers[w];
+  }
 
   impl() = default;
   impl(const impl&) = delete;
@@ -297,8 +308,7 @@ void target_forward_gpu::impl::check_step(const target_forward_plan& plan) const
   const impl& d = *this;
   require(plan.size() <= d.max_tokens, "the step has " + std::to_string(plan.size()) + " tokens, more than max_tokens = " +
                                            std::to_string(d.max_tokens) + " this forward was sized for");
-  require(std::int64_t{d.hidden} * plan.docs <= std::numeric_limits<std::int32_t>::max(),
-          "hidden * docs must stay below 2^31 (the scan keys are 32-bit)");
+  require(plan.docs < (std::int32_t{1} << 29), "2^29 documents or more (the scan keys are 32-bit)");
   int dev = -1;
   cuda_check(cudaGetDevice(&dev), "target_forward_gpu: cudaGetDevice");
   require(dev == d.device, "called on device " + std::to_string(dev) + ", the weights are on device " +
@@ -312,13 +322,11 @@ void target_forward_gpu::impl::check_step(const target_forward_plan& plan) const
 void target_forward_gpu::impl::run_forward(worker_state& st, const target_forward_plan& plan,
                                            std::span<const std::int32_t> loss, float* out, std::size_t zero_elems,
                                            void* stream, const std::function<void(const std::int32_t*, cudaStream_t)>& after) {
-  impl& d = *this;
-  const std::int32_t S = plan.size(), H = d.hidden;
+  const std::int32_t S = plan.size();
   const auto s = static_cast<cudaStream_t>(stream);
-  const auto toks = static_cast<std::size_t>(S);
-  const std::size_t n = toks * static_cast<std::size_t>(H);
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(hidden);
   std::size_t scan_bytes = 0;  // a host-side query: what this step's scans need of the storage sized at construction
-  if (toks) {
+  if (S) {
     cuda_check(cub::DeviceScan::InclusiveSumByKey(nullptr, scan_bytes, st.keys, st.xT, st.runT,
                                                   static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
                "target_forward_gpu: InclusiveSumByKey (size query)");
@@ -327,8 +335,22 @@ void target_forward_gpu::impl::run_forward(worker_state& st, const target_forwar
                              " bytes of temp storage, more than the " + std::to_string(st.scan_temp_size) +
                              " sized for max_tokens");
   }
-  const std::size_t arrays = loss.empty() ? 4 : 5;
+  upload_inputs(st, plan, loss, s);
+  try {
+    launch_forward(st, S, out, zero_elems, scan_bytes, s);
+    if (after) after(st.ints, s);
+  } catch (...) {
+    // Whatever was enqueued: the next step on this worker (and the destructor) waits for it.
+    (void)cudaEventRecord(st.done, s);
+    throw;
+  }
+  cuda_check(cudaEventRecord(st.done, s), "target_forward_gpu: cudaEventRecord");
+}
 
+void target_forward_gpu::impl::upload_inputs(worker_state& st, const target_forward_plan& plan,
+                                             std::span<const std::int32_t> loss, cudaStream_t s) {
+  const auto toks = static_cast<std::size_t>(plan.size());
+  const std::size_t arrays = loss.empty() ? 4 : 5;
   // 1. The pinned block: its previous copy must have left it (a step ago).
   if (st.in_flight) cuda_check(cudaEventSynchronize(st.inputs_copied), "target_forward_gpu: cudaEventSynchronize");
   std::int32_t* const pin = st.pinned;
@@ -343,68 +365,68 @@ void target_forward_gpu::impl::run_forward(worker_state& st, const target_forwar
   cuda_check(cudaStreamWaitEvent(s, st.done, 0), "target_forward_gpu: cudaStreamWaitEvent");
   if (!st.bound_once || st.bound != s) {
     // cublasSetStream resets the workspace to cuBLAS's default pool: ours is set after it, every time.
+    // (A graph capture needs it too: cuBLAS allocates nothing while capturing only with its own workspace.)
     cublas_check(cublasSetStream(st.blas, s), "cublasSetStream");
     cublas_check(cublasSetWorkspace(st.blas, st.workspace, st.workspace_size), "cublasSetWorkspace");
     st.bound = s;
     st.bound_once = true;
   }
-  try {
-    if (toks) {
-      cuda_check(cudaMemcpyAsync(st.ints, pin, arrays * toks * sizeof(std::int32_t), cudaMemcpyHostToDevice, s),
-                 "target_forward_gpu: token upload");
-      cuda_check(cudaEventRecord(st.inputs_copied, s), "target_forward_gpu: cudaEventRecord");
-      st.in_flight = true;
-    }
-    // 2. Padding rows are 0; every real row is written by the taps below.
-    if (zero_elems) cuda_check(cudaMemsetAsync(out, 0, zero_elems * sizeof(float), s), "target_forward_gpu: cudaMemsetAsync");
-    if (toks) {
-      const std::int32_t* tok = st.ints;
-      const std::int32_t* doc = st.ints + toks;
-      const std::int32_t* pos = st.ints + 2 * toks;
-      const std::int32_t* dst = st.ints + 3 * toks;
-      const unsigned grid = grid_for(n);
-      scan_keys_kernel<<<grid, kThreads, 0, s>>>(doc, S, H, plan.docs, st.keys);
-      cuda_check_launch("target_forward_gpu: scan keys");
-      embed_kernel<<<grid, kThreads, 0, s>>>(d.embedding, tok, S, H, st.x);
-      cuda_check_launch("target_forward_gpu: embedding");
-      const auto Hs = static_cast<std::size_t>(H);
-      for (std::int32_t l = 0; l < d.layers; ++l) {
-        const auto ls = static_cast<std::size_t>(l);
-        transpose_kernel<<<grid, kThreads, 0, s>>>(st.x, S, H, st.xT);
-        cuda_check_launch("target_forward_gpu: transpose");
-        cuda_check(cub::DeviceScan::InclusiveSumByKey(st.scan_temp, scan_bytes, st.keys, st.xT, st.runT,
-                                                      static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
-                   "target_forward_gpu: InclusiveSumByKey");
-        norm_inputs_kernel<<<static_cast<unsigned>(S), kNormThreads, 0, s>>>(st.x, st.runT, pos, S, H,
-                                                                              static_cast<float>(detail::kRmsEps), st.z);
-        cuda_check_launch("target_forward_gpu: rms norms");
-        // u = z W_l, row-major: u [S, H], z [S, 2H], W_l [2H, H]. cuBLAS is
-        // column-major, and a row-major [r, c] matrix is the column-major
-        // [c, r] one (its transpose) with leading dimension c. So we ask for
-        // u^T = W_l^T z^T, every operand as stored (CUBLAS_OP_N twice):
-        //   m = H (rows of u^T), n = S (its columns), k = 2H (the shared dimension);
-        //   A = W_l read column-major: H x 2H, lda = H;
-        //   B = z   read column-major: 2H x S, ldb = 2H;
-        //   C = u   read column-major: H x S,  ldc = H.
-        const float one = 1.0f, zero = 0.0f;
-        cublas_check(cublasSgemm(st.blas, CUBLAS_OP_N, CUBLAS_OP_N, H, S, 2 * H, &one, d.weights + ls * 2 * Hs * Hs, H,
-                                 st.z, 2 * H, &zero, st.u, H),
-                     "cublasSgemm");
-        residual_kernel<<<grid, kThreads, 0, s>>>(st.u, d.bias + ls * Hs, S, H, st.x);
-        cuda_check_launch("target_forward_gpu: residual");
-        for (const std::int32_t k : d.taps_of_layer[ls]) {  // every column the CPU model copies this layer into
-          tap_kernel<<<grid, kThreads, 0, s>>>(st.x, dst, S, H, d.feature, k * H, out);
-          cuda_check_launch("target_forward_gpu: tap");
-        }
-      }
-    }
-    if (after) after(st.ints, s);
-  } catch (...) {
-    // Whatever was enqueued: the next step on this worker (and the destructor) waits for it.
-    (void)cudaEventRecord(st.done, s);
-    throw;
+  if (toks) {
+    cuda_check(cudaMemcpyAsync(st.ints, pin, arrays * toks * sizeof(std::int32_t), cudaMemcpyHostToDevice, s),
+               "target_forward_gpu: token upload");
+    cuda_check(cudaEventRecord(st.inputs_copied, s), "target_forward_gpu: cudaEventRecord");
+    st.in_flight = true;
   }
-  cuda_check(cudaEventRecord(st.done, s), "target_forward_gpu: cudaEventRecord");
+}
+
+void target_forward_gpu::impl::launch_forward(worker_state& st, std::int32_t S, float* out, std::size_t zero_elems,
+                                              std::size_t scan_bytes, cudaStream_t s) {
+  impl& d = *this;
+  const std::int32_t H = d.hidden;
+  const auto toks = static_cast<std::size_t>(S);
+  const std::size_t n = toks * static_cast<std::size_t>(H);
+  // 2. Padding rows are 0; every real row is written by the taps below.
+  if (zero_elems) cuda_check(cudaMemsetAsync(out, 0, zero_elems * sizeof(float), s), "target_forward_gpu: cudaMemsetAsync");
+  if (!toks) return;
+  const std::int32_t* tok = st.ints;
+  const std::int32_t* doc = st.ints + toks;
+  const std::int32_t* pos = st.ints + 2 * toks;
+  const std::int32_t* dst = st.ints + 3 * toks;
+  const unsigned grid = grid_for(n);
+  scan_keys_kernel<<<grid, kThreads, 0, s>>>(doc, S, H, st.keys);
+  cuda_check_launch("target_forward_gpu: scan keys");
+  embed_kernel<<<grid, kThreads, 0, s>>>(d.embedding, tok, S, H, st.x);
+  cuda_check_launch("target_forward_gpu: embedding");
+  const auto Hs = static_cast<std::size_t>(H);
+  for (std::int32_t l = 0; l < d.layers; ++l) {
+    const auto ls = static_cast<std::size_t>(l);
+    transpose_kernel<<<grid, kThreads, 0, s>>>(st.x, S, H, st.xT);
+    cuda_check_launch("target_forward_gpu: transpose");
+    cuda_check(cub::DeviceScan::InclusiveSumByKey(st.scan_temp, scan_bytes, st.keys, st.xT, st.runT,
+                                                  static_cast<std::int32_t>(n), cuda::std::equal_to<>{}, s),
+               "target_forward_gpu: InclusiveSumByKey");
+    norm_inputs_kernel<<<static_cast<unsigned>(S), kNormThreads, 0, s>>>(st.x, st.runT, pos, S, H,
+                                                                          static_cast<float>(detail::kRmsEps), st.z);
+    cuda_check_launch("target_forward_gpu: rms norms");
+    // u = z W_l, row-major: u [S, H], z [S, 2H], W_l [2H, H]. cuBLAS is
+    // column-major, and a row-major [r, c] matrix is the column-major
+    // [c, r] one (its transpose) with leading dimension c. So we ask for
+    // u^T = W_l^T z^T, every operand as stored (CUBLAS_OP_N twice):
+    //   m = H (rows of u^T), n = S (its columns), k = 2H (the shared dimension);
+    //   A = W_l read column-major: H x 2H, lda = H;
+    //   B = z   read column-major: 2H x S, ldb = 2H;
+    //   C = u   read column-major: H x S,  ldc = H.
+    const float one = 1.0f, zero = 0.0f;  // host pointer mode: the values are read at the call (and baked into a capture)
+    cublas_check(cublasSgemm(st.blas, CUBLAS_OP_N, CUBLAS_OP_N, H, S, 2 * H, &one, d.weights + ls * 2 * Hs * Hs, H,
+                             st.z, 2 * H, &zero, st.u, H),
+                 "cublasSgemm");
+    residual_kernel<<<grid, kThreads, 0, s>>>(st.u, d.bias + ls * Hs, S, H, st.x);
+    cuda_check_launch("target_forward_gpu: residual");
+    for (const std::int32_t k : d.taps_of_layer[ls]) {  // every column the CPU model copies this layer into
+      tap_kernel<<<grid, kThreads, 0, s>>>(st.x, dst, S, H, d.feature, k * H, out);
+      cuda_check_launch("target_forward_gpu: tap");
+    }
+  }
 }
 
 std::string target_forward_gpu::probe() {
@@ -504,6 +526,31 @@ void target_forward_gpu::enqueue(std::span<const std::int32_t> tokens, std::span
                                  std::to_string(want));
   require(out != nullptr || want == 0, "out is null");
   d.run_forward(st, st.plan, {}, out, want, stream, {});
+}
+
+void target_forward_gpu::prepare_graphed(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
+                                         std::int32_t seq, std::size_t out_elems, void* stream, std::size_t worker) {
+  impl& d = *impl_;
+  worker_state& st = d.planned(worker, tokens, lengths, seq);
+  const std::size_t want = st.plan.padded_rows() * static_cast<std::size_t>(d.feature);
+  require(out_elems == want, "out has " + std::to_string(out_elems) + " floats, expected docs * seq * feature = " +
+                                 std::to_string(want));
+  pad_plan_for_graph(st.plan, d.max_tokens);
+  d.upload_inputs(st, st.plan, {}, static_cast<cudaStream_t>(stream));
+}
+
+void target_forward_gpu::launch_graphed(float* out, std::size_t out_capacity, void* stream, std::size_t worker) {
+  impl& d = *impl_;
+  worker_state& st = d.worker(worker);
+  require(out != nullptr, "out is null");
+  // The scan's storage was sized at construction for max_tokens rows: the size every replay scans.
+  d.launch_forward(st, d.max_tokens, out, out_capacity, st.scan_temp_size, static_cast<cudaStream_t>(stream));
+}
+
+void target_forward_gpu::after_graphed(void* stream, std::size_t worker) {
+  impl& d = *impl_;
+  cuda_check(cudaEventRecord(d.worker(worker).done, static_cast<cudaStream_t>(stream)),
+             "target_forward_gpu: cudaEventRecord");
 }
 
 void target_forward_gpu::enqueue_rows(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,

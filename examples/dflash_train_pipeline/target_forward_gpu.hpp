@@ -91,10 +91,29 @@ inline void plan_target_forward(target_forward_plan& p, std::span<const std::int
 
 /// The key of element (h, s) of the transposed [H, S] layout (index h * S + s)
 /// the by-key scan runs over: neighbours share a key exactly when they are one
-/// column h of one document (doc in [0, docs)), so the scan's segments are the
-/// in-document running sums. The kernels compute it (--expt-relaxed-constexpr).
-[[nodiscard]] constexpr std::int32_t scan_key(std::int32_t h, std::int32_t doc, std::int32_t docs) noexcept {
-  return h * docs + doc;
+/// column h of one document, so the scan's segments are the in-document
+/// running sums. Neighbours are (h, s), (h, s + 1) — one column, equal keys when
+/// one document — or (h, S - 1), (h + 1, 0), which the column's parity tells
+/// apart; so the key needs no document count, and a graph captured once serves
+/// every step. The kernels compute it (--expt-relaxed-constexpr).
+[[nodiscard]] constexpr std::int32_t scan_key(std::int32_t h, std::int32_t doc) noexcept {
+  return 2 * doc + (h & 1);
+}
+
+/// A step's plan as the graphed forward runs it (--cuda-graphs): padded to
+/// `rows` rows, so every launch has the same shape whatever the step's token
+/// count. Padding rows are one more document (doc = docs, positions 0, 1, ...:
+/// a segment of its own) whose output row is -1: computed, written nowhere.
+inline void pad_plan_for_graph(target_forward_plan& p, std::int32_t rows) {
+  constexpr std::string_view op = "target_forward_gpu";
+  checks.require(p.size() <= rows, op, "the step has " + std::to_string(p.size()) + " tokens, more than the " +
+                                           std::to_string(rows) + " rows of the graph");
+  for (std::int32_t i = 0, pad = rows - p.size(); i < pad; ++i) {
+    p.tokens.push_back(0);
+    p.doc.push_back(p.docs);
+    p.pos.push_back(i);
+    p.dst.push_back(-1);
+  }
 }
 
 /// Layer l's A and C stacked into one GEMM operand, row-major [2 * hidden, hidden]:
@@ -148,6 +167,20 @@ class target_forward_gpu {
   void enqueue_rows(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths,
                     std::span<const std::uint8_t> loss_mask, std::int32_t seq, std::int64_t doc_base,
                     const dflash::row_pusher<hs_token, float>& out, void* stream, std::size_t worker);
+
+  /// The graphed forward (--cuda-graphs, dflash::graphed): the same step in three parts, so the
+  /// launches in the middle are the same every step and one captured graph replays them.
+  ///   prepare_graphed   not captured: the plan padded to max_tokens rows (pad_plan_for_graph),
+  ///                     its upload into the worker's device block, cuBLAS bound to `stream`;
+  ///                     the checks of enqueue() (out_elems: the step's docs * seq * feature)
+  ///   launch_graphed    captured: the slot zeroed (out_capacity floats), the forward over
+  ///                     max_tokens rows, taps to the valid rows; no synchronisation, no event,
+  ///                     no allocation, no value of the step in any argument
+  ///   after_graphed     not captured: the worker's "step done" mark after the replay
+  void prepare_graphed(std::span<const std::int32_t> tokens, std::span<const std::int32_t> lengths, std::int32_t seq,
+                       std::size_t out_elems, void* stream, std::size_t worker);
+  void launch_graphed(float* out, std::size_t out_capacity, void* stream, std::size_t worker);
+  void after_graphed(void* stream, std::size_t worker);
 
   [[nodiscard]] std::int32_t max_tokens() const noexcept;
   [[nodiscard]] std::size_t workers() const noexcept;

@@ -31,4 +31,13 @@ void target_forward_gpu::enqueue_rows(std::span<const std::int32_t>, std::span<c
   throw std::runtime_error("target_forward_gpu: " + probe());
 }
 
+void target_forward_gpu::prepare_graphed(std::span<const std::int32_t>, std::span<const std::int32_t>, std::int32_t,
+                                         std::size_t, void*, std::size_t) {
+  throw std::runtime_error("target_forward_gpu: " + probe());
+}
+void target_forward_gpu::launch_graphed(float*, std::size_t, void*, std::size_t) {
+  throw std::runtime_error("target_forward_gpu: " + probe());
+}
+void target_forward_gpu::after_graphed(void*, std::size_t) { throw std::runtime_error("target_forward_gpu: " + probe()); }
+
 }  // namespace dflash_example

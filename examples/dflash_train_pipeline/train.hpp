@@ -43,6 +43,7 @@ struct RunResult {
   std::optional<advised> advice_data;  ///< profiled build: the same advice, as data (--validate)
   std::string link_counts;  ///< --hs-link rows: what the hs_rows link counted (rows, batches, fill)
   std::string staging;      ///< the pinned staging pool's counts (allocations, reuses, high water)
+  std::string graphs;       ///< --cuda-graphs: the target forward's captures and graph launches
   [[nodiscard]] double tokens_per_second() const noexcept {
     return seconds > 0 ? static_cast<double>(log.tokens) / seconds : 0.0;
   }
@@ -96,6 +97,7 @@ RunResult run_pipeline(const Setup& setup, const P& prof, Stats& stats, Console&
                        device_postprocessor* device) {
   const Options& o = setup.opts;
   constexpr bool rows = std::is_same_v<pipeline, train_rows_pipeline<P, B>>;
+  constexpr bool graphed = std::is_same_v<pipeline, train_graphed_pipeline<P, B>>;
   auto shape = pipeline::default_shape();
   const auto targets = static_cast<std::size_t>(o.target_workers);
   shape.workers[pipeline::template stage_index<"target_forward">] = targets;
@@ -162,6 +164,11 @@ RunResult run_pipeline(const Setup& setup, const P& prof, Stats& stats, Console&
     constexpr std::size_t hs = pipeline::template link_index<"hs_rows">;
     r.link_counts = row_link_line(p.template link<hs>().stats(), shape.depths[hs]);
   }
+  if constexpr (graphed) {
+    const dflash::graph_stats g = p.template stage<pipeline::template stage_index<"target_forward">>().stats();
+    r.graphs = "target_forward (--cuda-graphs): " + std::to_string(g.captures) + " captures, " +
+               std::to_string(g.launches) + " graph launches";
+  }
   if constexpr (Stats::enabled) {
     const auto snap = stats.snapshot();
     const double steps = static_cast<double>(r.log.digests.size());
@@ -178,6 +185,7 @@ RunResult run_training(const Setup& setup, const P& prof, Stats& stats, Console&
                        device_postprocessor* device) {
   if (setup.opts.hs_link == hs_link_kind::rows)
     return run_pipeline<train_rows_pipeline<P, B>, P, B>(setup, prof, stats, console, device);
+  if (setup.opts.cuda_graphs) return run_pipeline<train_graphed_pipeline<P, B>, P, B>(setup, prof, stats, console, device);
   return run_pipeline<train_pipeline<P, B>, P, B>(setup, prof, stats, console, device);
 }
 
@@ -359,6 +367,7 @@ int train_main(int argc, char** argv) {
     }
     if (!r.link_counts.empty()) console.block(r.link_counts);
     if (!r.staging.empty()) console.block(r.staging);
+    if (!r.graphs.empty()) console.block(r.graphs);
     print_result(console, r);
     if (!o.results.empty()) write_results(o.results, r);
   } catch (const std::exception& e) {

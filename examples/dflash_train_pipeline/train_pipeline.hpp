@@ -4,6 +4,7 @@
 //   batch_source ─batch_queue─▶ target_forward × N ═hs_device (device link)═▶ postprocess ─hs_queue (60)─▶ drafter_train
 //                               (stream per worker)                           (own stream)
 //   --hs-link rows:                                ═hs_rows (device queue)═▶
+//   --cuda-graphs: target_forward replays a captured graph per step
 //
 // The target workers write hidden states into device slots; the postprocess
 // reads them on its own stream (doc ids, packing, anchors, block mask) and
@@ -25,6 +26,7 @@
 #include "postprocess.hpp"
 #include "setup.hpp"
 #include "target_forward.hpp"
+#include "target_forward_graphed.hpp"
 
 namespace dflash_example {
 
@@ -49,6 +51,18 @@ using train_rows_pipeline =
                      dflash::workers<target_forward<P, B, HsRows<B>>, 2>,                    //
                      dflash::device_queue_link<"hs_rows", 1920, 384, 384, dflash::full_batches>,  //
                      postprocess<P, B, HsRows<B>>, dflash::queue_link<"hs_queue", 60>,       //
+                     drafter_train<P>>;
+
+/// --cuda-graphs: the same stages, the target forward a dflash::graphed stage: its work for a step
+/// is captured once per worker and slot and replayed with one graph launch per step
+/// (target_forward_graphed.hpp says what travels through memory instead of arguments).
+template <class P, class B>
+using train_graphed_pipeline =
+    dflash::Pipeline<P,                                                                    //
+                     batch_source, dflash::queue_link<"batch_queue", 8>,                   //
+                     dflash::workers<dflash::graphed<target_forward_graphed<P, B>>, 2>,    //
+                     dflash::device_link<"hs_device", 4>,                                  //
+                     postprocess<P, B>, dflash::queue_link<"hs_queue", 60>,                //
                      drafter_train<P>>;
 
 /// The host-twin instance (keys do not depend on the backend or the policy).

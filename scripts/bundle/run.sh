@@ -306,10 +306,11 @@ gpu_share() {  # LOG WHICH -> "; target_forward.gpu WHICH: TOTAL total = P % of 
     END { printf "%s", t }' "$1" 2>/dev/null
 }
 mapfile -t example_bins <examples.txt
-# Every binary over the hs_device link; the first also over the hs_rows ring (--hs-link rows).
+# Every binary over the hs_device link; the first also over the hs_rows ring (--hs-link rows) and
+# with its target forward replayed from CUDA graphs (--cuda-graphs: the cpu run replays the twin's).
 example_runs=()
 for exe in "${example_bins[@]}"; do example_runs+=("$exe|"); done
-((${#example_bins[@]})) && example_runs+=("${example_bins[0]}|--hs-link rows")
+((${#example_bins[@]})) && example_runs+=("${example_bins[0]}|--hs-link rows" "${example_bins[0]}|--cuda-graphs")
 for run in "${example_runs[@]}"; do
   exe=${run%%|*} extra=${run#*|}
   name=$(basename "$exe")

@@ -55,7 +55,8 @@ std::vector<float> forward_by_plan(const TargetModel& m, const target_forward_pl
       if (static_cast<std::size_t>(m.taps()[k]) == l)
         for (std::size_t s = 0; s < S; ++s)
           for (std::size_t h = 0; h < H; ++h)
-            out[static_cast<std::size_t>(p.dst[s]) * F + k * H + h] = static_cast<float>(x[s * H + h]);
+            if (p.dst[s] >= 0)  // a padding row of the graphed forward's plan is written nowhere
+              out[static_cast<std::size_t>(p.dst[s]) * F + k * H + h] = static_cast<float>(x[s * H + h]);
   }
   return out;
 }

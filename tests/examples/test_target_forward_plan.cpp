@@ -71,7 +71,7 @@ TEST_CASE("a by-key scan over the transposed layout, keyed by scan_key, gives ea
   std::vector<double> xT(hs * S), scan(hs * S);
   for (std::size_t h = 0; h < hs; ++h)
     for (std::size_t s = 0; s < S; ++s) {
-      keys[h * S + s] = scan_key(static_cast<std::int32_t>(h), p.doc[s], p.docs);
+      keys[h * S + s] = scan_key(static_cast<std::int32_t>(h), p.doc[s]);
       xT[h * S + s] = 10.0 * static_cast<double>(s) + static_cast<double>(h);
     }
   for (std::size_t i = 0; i < keys.size(); ++i)  // InclusiveSumByKey: restart where the key changes
@@ -85,6 +85,25 @@ TEST_CASE("a by-key scan over the transposed layout, keyed by scan_key, gives ea
     }
   }
   }
+}
+
+TEST_CASE("the graphed forward's padded plan computes the same rows, its padding written nowhere") {
+  const TargetModel m(TargetConfig{.vocab = 40, .hidden = 16, .layers = 5, .num_taps = 2, .seed = 9});
+  const MarkovSource src(DataConfig{.vocab = 40});
+  for (std::uint64_t step = 0; step < 4; ++step) {
+    const TokenBatch b = src.make_batch(5, step, 96);
+    const target_forward_plan p = plan_target_forward(b.tokens, b.lengths, b.seq, 40);
+    target_forward_plan padded = p;
+    pad_plan_for_graph(padded, 96);
+    REQUIRE(padded.size() == 96);
+    CHECK(padded.docs == p.docs);
+    CHECK(padded.doc.back() == p.docs);  // one more document: its own scan segment
+    // Each row alone but for its document's running sums: the padded plan's valid rows are bit for bit
+    // the plain plan's (on the GPU a GEMM over more columns may sum in another order: tolerance there).
+    CHECK(forward_by_plan<float>(m, padded) == forward_by_plan<float>(m, p));
+  }
+  target_forward_plan p = plan_target_forward(std::vector<std::int32_t>{1, 2, 3, 0}, std::vector<std::int32_t>{3}, 4, 10);
+  CHECK_THROWS_WITH(pad_plan_for_graph(p, 2), Catch::Contains("the step has 3 tokens, more than the 2 rows of the graph"));
 }
 
 TEST_CASE("stacked_layer_weights puts A above C, row-major [2H, H]") {

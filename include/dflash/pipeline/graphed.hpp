@@ -108,7 +108,11 @@ struct graphed : detail::graphed_keys<S> {
 
   S stage;
 
-  explicit graphed(S s) : stage(std::move(s)) {}
+  /// Constructed as S is: graphed<S>(s), or graphed<S>(args of S's constructor...).
+  template <class... A>
+    requires(!(sizeof...(A) == 1 && (std::same_as<std::remove_cvref_t<A>, graphed> && ...))) &&
+            std::constructible_from<S, A&&...>
+  explicit graphed(A&&... a) : stage(std::forward<A>(a)...) {}
   // A move shares the cache, as a copy does: a moved-from stage stays usable.
   graphed(const graphed&) = default;
   graphed(graphed&& o) noexcept(std::is_nothrow_move_constructible_v<S>) : stage(std::move(o.stage)), cache_(o.cache_) {}
