@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <thread>
 
@@ -62,11 +63,12 @@ using pipe = dflash::Pipeline<P, dflash_test::numbers, dflash::queue_link<"in_q"
 using prof_t = dflash::AccumulatingProfiler<dflash::pipeline_keys<pipe<dflash::NullProfiler>>>;
 
 dflash::analysis::bottleneck_report run(std::chrono::microseconds host, std::chrono::microseconds device,
-                                        prof_t& prof) {
+                                        prof_t& prof, dflash::analysis::advice* advised = nullptr) {
   int n = 0;
   pipe<prof_t> p(prof, dflash_test::numbers{40}, launcher{host, device}, reader{}, sink{&n});
   p.run_to_completion();
   REQUIRE(n == 40);
+  if (advised) *advised = dflash::analysis::advise(prof.snapshot(), p.layout());
   return dflash::analysis::find_bottleneck(prof.snapshot(), p.layout());
 }
 }  // namespace
@@ -89,6 +91,39 @@ TEST_CASE("a device stage whose launches outlast its device work: .launch record
   CHECK(dflash::analysis::format_bottleneck(r).find("(launch-bound)") != std::string::npos);
   const auto j = nlohmann::json::parse(dflash::analysis::format_bottleneck(r, dflash::report_format::json));
   CHECK(j["stages"][1]["launch_bound"] == true);
+}
+
+TEST_CASE("graph <stage>: the advisor bounds what graphing a launch-bound stage gains", "[analysis][launch]") {
+  watchdog wd("graph what-if");
+  using namespace std::chrono_literals;
+  prof_t prof;
+  dflash::analysis::advice a;
+  (void)run(5000us, 50us, prof, &a);
+  REQUIRE(a.model.ok);
+  REQUIRE(a.graphs.size() == 1);  // the launcher only
+  const auto& g = a.graphs[0];
+  CHECK(g.stage == "launcher");
+  // Its call is all launches: the device busy all of .gpu (5 ms, its wait for them) leaves the stage
+  // as slow as it is; its 50 us of work negligible takes it off the critical path (the reader and
+  // source then bind, at well over twice the rate).
+  CHECK(std::abs(g.low.gain) < 0.1);
+  CHECK(g.high.gain > 1.0);
+  CHECK(g.low.gain <= g.high.gain);
+  const std::string text = dflash::analysis::format_advice(a, {});
+  CHECK(text.find("graph launcher (launch-bound): ") != std::string::npos);
+  dflash::analysis::advice_options as_json;
+  as_json.format = dflash::report_format::json;
+  const auto j = nlohmann::json::parse(dflash::analysis::format_advice(a, as_json));
+  REQUIRE(j["model"]["ok"] == true);
+  REQUIRE(j["graph"].size() == 1);
+  CHECK(j["graph"][0]["stage"] == "launcher");
+  CHECK(j["graph"][0]["high"]["gain"].get<double>() > 1.0);
+
+  // The control (device work outlasting its launches) is not launch-bound: no graph line.
+  prof_t control;
+  (void)run(100us, 2000us, control, &a);
+  CHECK(a.graphs.empty());
+  CHECK(dflash::analysis::format_advice(a, {}).find("graph ") == std::string::npos);
 }
 
 TEST_CASE("the control: device work that outlasts its launches is not launch-bound", "[analysis][launch]") {

@@ -38,6 +38,7 @@ struct advice {
   calibrated_model model;
   std::vector<prediction> ranked;     ///< standard what-ifs, best first
   std::vector<prediction> requested;  ///< advice_options::requested, in order
+  std::vector<graph_prediction> graphs;  ///< each launch-bound stage graphed (predict_graph: a range)
 };
 
 inline advice advise(const profile_snapshot& snap, const pipeline_layout& lay, const advice_options& o = {}) {
@@ -48,6 +49,8 @@ inline advice advise(const profile_snapshot& snap, const pipeline_layout& lay, c
   if (!a.model.ok) return a;
   a.ranked = standard_what_ifs(a.model);
   for (const auto& sc : o.requested) a.requested.push_back(predict(a.model, sc));
+  for (const auto& f : a.bottleneck.stages)
+    if (f.launch_bound) a.graphs.push_back(predict_graph(a.model, f));
   return a;
 }
 
@@ -125,7 +128,17 @@ inline std::string format_advice(const advice& a, const advice_options& o) {
     const prediction* f = best_with_flag(a, o);
     list("best_with_flag", f ? std::vector<prediction>{*f} : std::vector<prediction>{});
     list("requested", a.requested);
-    out += '}';
+    out += ",\"graph\":[";
+    for (std::size_t i = 0; i < a.graphs.size(); ++i) {
+      const graph_prediction& g = a.graphs[i];
+      out += i ? ",{\"stage\":" : "{\"stage\":";
+      dflash::detail::append_json_string(out, g.stage);
+      append_fmt(out,
+                 ",\"low\":{\"predicted\":%.3f,\"gain\":%.4f},\"high\":{\"predicted\":%.3f,\"gain\":%.4f},"
+                 "\"launch_ns\":%.1f,\"gpu_ns\":%.1f,\"work_ns\":%.1f}",
+                 g.low.items_per_s * u, g.low.gain, g.high.items_per_s * u, g.high.gain, g.launch_ns, g.gpu_ns, g.work_ns);
+    }
+    out += "]}";
     return out;
   }
   out += format_bottleneck(a.bottleneck, report_format::table);
@@ -150,6 +163,13 @@ inline std::string format_advice(const advice& a, const advice_options& o) {
     out += "requested:\n";
     for (const auto& p : a.requested) row(p);
   }
+  for (const graph_prediction& g : a.graphs)
+    append_fmt(out,
+               "graph %s (launch-bound): %+.1f%% to %+.1f%% (%.0f to %.0f %s): one graph launch per item "
+               "(dflash::graphed); the low end if the device is busy all of its %s per item, the high end if "
+               "its work is negligible; a graphed run measures which\n",
+               g.stage.c_str(), 100 * g.low.gain, 100 * g.high.gain, g.low.items_per_s * u, g.high.items_per_s * u,
+               o.unit.c_str(), dflash::detail::human_duration(static_cast<std::uint64_t>(g.gpu_ns)).c_str());
   return out;
 }
 

@@ -53,6 +53,7 @@ struct stage_finding {
   double blocked = 0;      ///< waiting for room downstream / (workers x window)
   bool gpu_binds = false;  ///< busy time is <stage>.gpu, not <stage>.work
   double mean_service_ns = 0;  ///< per item, of the binding key
+  double work_ns = 0;          ///< per item, <stage>.work (the host's call)
   double launch_ns = 0;        ///< device stages: host enqueueing per item (<stage>.launch), 0 if unrecorded
   double gpu_ns = 0;           ///< device stages: device time per item (<stage>.gpu), 0 if unrecorded
   double stream_busy = 0;      ///< device stages: <stage>.gpu / (workers x window) (waits for launches included)
@@ -121,6 +122,7 @@ inline bottleneck_report find_bottleneck(const profile_snapshot& snap, const pip
     f.workers = st.workers;
     double busy = static_cast<double>(work->total_ns);
     f.mean_service_ns = work->mean_ns();
+    f.work_ns = f.mean_service_ns;
     const double cap = W * static_cast<double>(st.workers);
     if (st.device)
       if (const key_stats* gpu = detail::recorded(snap, st.name + ".gpu")) {

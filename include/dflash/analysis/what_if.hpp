@@ -241,6 +241,36 @@ inline prediction predict(const calibrated_model& cm, const scenario& sc) {
   return p;
 }
 
+/// "Graph <stage>": a launch-bound device stage's launches replaced by one graph launch per item
+/// (dflash::graphed), predicted as a range, because the two measured times bound it but do not fix
+/// it. An ungraphed stage's .gpu runs from an event before its launches to the end of its work, so
+/// when launches are slow it holds the device's wait for them and says nothing of how long the
+/// device itself is busy. Graphed, the stage's time per item becomes the larger of the host's time
+/// outside its launches (.work - .launch) and the device's busy time, somewhere in [0, .gpu]:
+///   low   the device busy all of .gpu: only the launches' host time goes
+///   high  the device's work negligible: only the host's time outside the launches stays (at least
+///         1 % of the stage's time: a graph launch is not free)
+/// Where the truth lies, one graphed run measures: its .gpu is no longer paced by launches.
+struct graph_prediction {
+  std::string stage;
+  prediction low, high;
+  double launch_ns = 0, gpu_ns = 0, work_ns = 0;  ///< the measured means per item it comes from
+};
+
+inline graph_prediction predict_graph(const calibrated_model& cm, const stage_finding& f) {
+  graph_prediction g;
+  g.stage = f.name;
+  g.launch_ns = f.launch_ns;
+  g.gpu_ns = f.gpu_ns;
+  g.work_ns = f.work_ns;
+  const double was = f.mean_service_ns, outside = std::max(0.0, f.work_ns - f.launch_ns);
+  // As speedups of the stage's recorded times (its distribution keeps its shape), never a slowdown.
+  const auto as_speed = [was](double now) { return std::clamp(was / std::max(now, 1e-9), 1.0, 100.0); };
+  g.low = predict(cm, {{{change::kind::speed, f.name, as_speed(std::max(outside, f.gpu_ns))}}});
+  g.high = predict(cm, {{{change::kind::speed, f.name, as_speed(std::max(outside, 0.01 * was))}}});
+  return g;
+}
+
 /// The standard questions, best predicted gain first: each stage with one
 /// more worker (not in_order ones, not the source: a source is rarely safe to
 /// run twice), each queue or device link twice and half as deep, each stage
