@@ -19,7 +19,7 @@
 // (row_ring_kernels.cuh: one .cu file of a program includes them).
 // Memory: everything is allocated once, at construction: the weights, and per
 // worker a cuBLAS handle and workspace, scratch for max_tokens tokens, the
-// CUB scan's temp storage (sized for the largest scan), a pinned token block.
+// CUB scan's temp storage (sized for the largest scan), two pinned token blocks.
 // Plain cudaMalloc rather than a stream-ordered pool: the largest step is
 // known up front (--seq-len), so a fixed arena gives a steady state with no
 // allocator call at all, and no pool release threshold to tune (a pool
@@ -228,10 +228,14 @@ struct worker_state {
   std::int32_t *keys = nullptr, *ints = nullptr;  // ints: [tokens | doc | pos | dst | loss], max_tokens each
   void* scan_temp = nullptr;
   std::size_t scan_temp_size = 0;
-  std::int32_t* pinned = nullptr;      // the host side of `ints`
-  cudaEvent_t inputs_copied = nullptr;  // the last H2D copy from `pinned`
+  // The host side of `ints`, two blocks used in turn: a step waits for the copy from its block two
+  // steps ago, not the last one, so the host may run a step ahead of a busy device.
+  std::int32_t* pinned[2] = {nullptr, nullptr};
+  cudaEvent_t inputs_copied[2] = {nullptr, nullptr};  // the last H2D copy from each block
+  bool in_flight[2] = {false, false};
+  unsigned next_pinned = 0;
   cudaEvent_t done = nullptr;           // the last step's last work
-  bool in_flight = false;
+  bool warmed = false;                  // --cuda-graphs: every kernel has run once outside a capture
   target_forward_plan plan;              // host side of a step, its capacity reused
   std::vector<std::int32_t> loss;        // enqueue_rows: the packed rows' loss mask, its capacity reused
 
@@ -240,15 +244,18 @@ struct worker_state {
   worker_state& operator=(const worker_state&) = delete;
   ~worker_state() {
     if (done) (void)cudaEventSynchronize(done);
-    if (inputs_copied) (void)cudaEventSynchronize(inputs_copied);
+    for (cudaEvent_t e : inputs_copied)
+      if (e) (void)cudaEventSynchronize(e);
     if (blas) (void)cublasDestroy(blas);
     for (void* p : {workspace, static_cast<void*>(x), static_cast<void*>(xT), static_cast<void*>(runT),
                     static_cast<void*>(z), static_cast<void*>(u), static_cast<void*>(packed), static_cast<void*>(ticket),
                     static_cast<void*>(keys), static_cast<void*>(ints), scan_temp})
       if (p) (void)cudaFree(p);
-    if (pinned) (void)cudaFreeHost(pinned);
+    for (std::int32_t* p : pinned)
+      if (p) (void)cudaFreeHost(p);
     if (done) (void)cudaEventDestroy(done);
-    if (inputs_copied) (void)cudaEventDestroy(inputs_copied);
+    for (cudaEvent_t e : inputs_copied)
+      if (e) (void)cudaEventDestroy(e);
   }
 };
 
@@ -351,9 +358,11 @@ void target_forward_gpu::impl::upload_inputs(worker_state& st, const target_forw
                                              std::span<const std::int32_t> loss, cudaStream_t s) {
   const auto toks = static_cast<std::size_t>(plan.size());
   const std::size_t arrays = loss.empty() ? 4 : 5;
-  // 1. The pinned block: its previous copy must have left it (a step ago).
-  if (st.in_flight) cuda_check(cudaEventSynchronize(st.inputs_copied), "target_forward_gpu: cudaEventSynchronize");
-  std::int32_t* const pin = st.pinned;
+  // 1. The pinned block: its previous copy (two steps ago) must have left it.
+  const unsigned b = st.next_pinned;
+  st.next_pinned ^= 1u;
+  if (st.in_flight[b]) cuda_check(cudaEventSynchronize(st.inputs_copied[b]), "target_forward_gpu: cudaEventSynchronize");
+  std::int32_t* const pin = st.pinned[b];
   if (toks) {
     std::memcpy(pin, plan.tokens.data(), toks * sizeof(std::int32_t));
     std::memcpy(pin + toks, plan.doc.data(), toks * sizeof(std::int32_t));
@@ -374,8 +383,8 @@ void target_forward_gpu::impl::upload_inputs(worker_state& st, const target_forw
   if (toks) {
     cuda_check(cudaMemcpyAsync(st.ints, pin, arrays * toks * sizeof(std::int32_t), cudaMemcpyHostToDevice, s),
                "target_forward_gpu: token upload");
-    cuda_check(cudaEventRecord(st.inputs_copied, s), "target_forward_gpu: cudaEventRecord");
-    st.in_flight = true;
+    cuda_check(cudaEventRecord(st.inputs_copied[b], s), "target_forward_gpu: cudaEventRecord");
+    st.in_flight[b] = true;
   }
 }
 
@@ -499,10 +508,13 @@ target_forward_gpu::target_forward_gpu(const TargetModel& model, std::int32_t ma
     st->ints = device_scratch<std::int32_t>(5 * toks, "token block");
     st->scan_temp = device_scratch<std::byte>(scan_bytes, "scan temp");
     st->scan_temp_size = scan_bytes;
-    void* p = nullptr;
-    cuda_check(cudaMallocHost(&p, 5 * toks * sizeof(std::int32_t)), "target_forward_gpu: cudaMallocHost");
-    st->pinned = static_cast<std::int32_t*>(p);
-    cuda_check(cudaEventCreateWithFlags(&st->inputs_copied, cudaEventDisableTiming), "target_forward_gpu: cudaEventCreate");
+    for (int k = 0; k < 2; ++k) {
+      void* p = nullptr;
+      cuda_check(cudaMallocHost(&p, 5 * toks * sizeof(std::int32_t)), "target_forward_gpu: cudaMallocHost");
+      st->pinned[k] = static_cast<std::int32_t*>(p);
+      cuda_check(cudaEventCreateWithFlags(&st->inputs_copied[k], cudaEventDisableTiming),
+                 "target_forward_gpu: cudaEventCreate");
+    }
     cuda_check(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming), "target_forward_gpu: cudaEventCreate");
     d->workers.push_back(std::move(st));
   }
@@ -535,15 +547,32 @@ void target_forward_gpu::prepare_graphed(std::span<const std::int32_t> tokens, s
   const std::size_t want = st.plan.padded_rows() * static_cast<std::size_t>(d.feature);
   require(out_elems == want, "out has " + std::to_string(out_elems) + " floats, expected docs * seq * feature = " +
                                  std::to_string(want));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (!st.warmed) {
+    // Every kernel's first run (module loading, cuBLAS's first-call setup, CUB's scan instances)
+    // outside the capture: a step of padding only, which writes nowhere.
+    target_forward_plan warm;
+    pad_plan_for_graph(warm, d.max_tokens);
+    d.upload_inputs(st, warm, {}, s);
+    d.launch_forward(st, d.max_tokens, st.packed, 0, st.scan_temp_size, s);
+    cuda_check(cudaEventRecord(st.done, s), "target_forward_gpu: cudaEventRecord");
+    st.warmed = true;
+  }
   pad_plan_for_graph(st.plan, d.max_tokens);
-  d.upload_inputs(st, st.plan, {}, static_cast<cudaStream_t>(stream));
+  d.upload_inputs(st, st.plan, {}, s);
 }
 
 void target_forward_gpu::launch_graphed(float* out, std::size_t out_capacity, void* stream, std::size_t worker) {
   impl& d = *impl_;
   worker_state& st = d.worker(worker);
   require(out != nullptr, "out is null");
+  // cuBLAS runs on the stream its handle is bound to: captured on another, the GEMM would run once,
+  // now, outside the graph, and every replay would leave its result stale.
+  require(st.bound_once && st.bound == static_cast<cudaStream_t>(stream),
+          "launch_graphed on a stream prepare_graphed did not prepare (call prepare_graphed on it first)");
   // The scan's storage was sized at construction for max_tokens rows: the size every replay scans.
+  // (Over [H, max_tokens] rather than the step's [H, S], the scan's tiles and the GEMM's heuristic
+  // differ from enqueue()'s: graphed and plain CUDA results agree within tolerance, not bit for bit.)
   d.launch_forward(st, d.max_tokens, out, out_capacity, st.scan_temp_size, static_cast<cudaStream_t>(stream));
 }
 

@@ -132,6 +132,55 @@ TEST_CASE("the GPU target forward matches the CPU model (fp32, TF32 off)") {
   }
 }
 
+TEST_CASE("the graphed forward: one capture, replayed over steps of other sizes, matches enqueue()") {
+  const TargetModel m(kExample);
+  target_forward_gpu f(m, 384, 1);
+  const stream s;
+  const auto F = static_cast<std::size_t>(m.feature_dim());
+  // Steps of 8, 3 and 1 documents, and one of two empty documents; the slot sized for the largest.
+  std::vector<TokenBatch> steps{batch(kExample, 0), batch(kExample, 1)};
+  const MarkovSource src(DataConfig{.vocab = kExample.vocab});
+  steps.push_back(src.make_batch(3, 2, 384));
+  steps.push_back(src.make_batch(1, 3, 384));
+  TokenBatch empty;
+  empty.seq = 384;
+  empty.lengths = {0, 0};
+  empty.tokens.assign(2 * 384, 0);
+  empty.loss_mask.assign(2 * 384, 0);
+  steps.push_back(empty);
+  std::size_t cap = 0;
+  for (const auto& b : steps) cap = std::max(cap, b.tokens.size() * F);
+  device_floats out(cap);
+  cudaGraphExec_t exec = nullptr;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const TokenBatch& b = steps[i];
+    const std::size_t n = b.tokens.size() * F;
+    f.prepare_graphed(b.tokens, b.lengths, b.seq, n, s.s, 0);
+    if (!exec) {  // captured once, with the first step's inputs in place
+      cudaGraph_t g = nullptr;
+      ok(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      f.launch_graphed(out.p, cap, s.s, 0);
+      ok(cudaStreamEndCapture(s.s, &g), "cudaStreamEndCapture");
+      ok(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+      ok(cudaGraphDestroy(g), "cudaGraphDestroy");
+    }
+    ok(cudaGraphLaunch(exec, s.s), "cudaGraphLaunch");
+    f.after_graphed(s.s, 0);
+    ok(cudaStreamSynchronize(s.s), "cudaStreamSynchronize");
+    const std::vector<float> got = out.host();
+    const std::vector<float> want = run_gpu(f, m, b, s.s);
+    const std::vector<float> head(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n));
+    INFO("step " << i << ": " << b.lengths.size() << " documents, max |graphed - enqueue| = " << max_abs_diff(head, want));
+    CHECK(max_abs_diff(head, want) <= kTolFp32);
+    // Past the step's rows the slot is zero (the replay clears its whole capacity), padding rows too.
+    CHECK(std::all_of(got.begin() + static_cast<std::ptrdiff_t>(n), got.end(), [](float v) { return v == 0.0f; }));
+  }
+  ok(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+  // A replay captured on a stream prepare_graphed did not prepare is refused.
+  const stream other;
+  CHECK_THROWS_WITH(f.launch_graphed(out.p, cap, other.s, 0), Catch::Contains("did not prepare"));
+}
+
 TEST_CASE("the GPU target forward with TF32 allowed stays close to the CPU model") {
   const TargetModel m(kExample);
   target_forward_gpu f(m, 384, 1, target_forward_gpu_options{.allow_tf32 = true});

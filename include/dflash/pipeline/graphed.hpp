@@ -13,7 +13,8 @@
 //     void launch(const int& x, Slot& out, const DS& s);   // captured once per key, then replayed
 //     auto graph_key(const int& x, const Slot& out) const; // what the launches depend on
 //     void after_launch(int& x, Slot& out, const DS& s);   // optional, each item, not captured:
-//                                                          // what must follow the replay on s
+//                                                          // what must follow the replay on s (not
+//                                                          // called when the replay throws: the run fails)
 //   };
 // Each of the four may take a trailing worker index (std::size_t), as a stage's call may: a
 // stage with per-worker scratch names it in its key.
