@@ -179,6 +179,7 @@ case $scenario in
     expect '^PASS +example ex_plain cuda==cpu +300 steps, seed 7: 3 exact values identical, 1 floats within rel 0.0001 .*, 1 bitwise digests not compared'
     expect '^PASS +example ex_prof cuda==cpu'
     expect '^PASS +example ex_plain --hs-link rows cuda==cpu +300 steps, seed 7'
+    expect '^PASS +example ex_plain --cuda-graphs cuda==cpu +300 steps, seed 7'
     expect '^figures +example ex_prof: tokens/s cuda 1234, cpu 1234 \(both runs at once\); target_forward.gpu cuda: 195.324 ms total = 15.4 % of wall; target_forward.gpu cpu: 195.324 ms total'
     expect '^cuBLAS: .*/site-packages/nvidia/cu13/lib/libcublas.so.13 and libcublasLt.so.13 \(python package nvidia.cu13; the file: .*/libcublas.so.13.1.0.3\), linked alone into the search path of 2 programs: bin/ex_plain bin/test_a'
     expect '^environment: inherited LD_LIBRARY_PATH=.*/inherited cleared'
@@ -245,6 +246,7 @@ case $scenario in
     expect '^FAIL +test test_a +needs libcublas.so.13, not found on this machine \(see the cuBLAS line\): not run'
     expect '^FAIL +example ex_plain cuda==cpu +needs libcublas.so.13'
     expect '^FAIL +example ex_plain --hs-link rows cuda==cpu +needs libcublas.so.13'
+    expect '^FAIL +example ex_plain --cuda-graphs cuda==cpu +needs libcublas.so.13'
     for t in memcheck racecheck synccheck initcheck; do
       expect "^FAIL +$t test_a +needs libcublas.so.13"
       expect "^PASS +$t test_b"
@@ -252,7 +254,7 @@ case $scenario in
     expect '^PASS +test test_b'
     expect '^PASS +example ex_prof cuda==cpu'
     absent 'error while loading shared libraries'
-    expect '^total: .* 7 FAIL, 0 UNSUPPORTED, 0 SKIP'
+    expect '^total: .* 8 FAIL, 0 UNSUPPORTED, 0 SKIP'
     expect '^RESULT: FAIL$'
     ;;
   cuda12)
