@@ -1,6 +1,6 @@
 // One AccumulatingProfiler zone (scope: two clock reads +
 // record) against a bare pair of reads of the same clock, interleaved rounds
-// in one process. ns per zone; ratio = profiler / bare pair (target: <= 1.15 with
+// in one process. ns per zone; ratio = profiler / bare pair (target: <= 1.10 with
 // the TSC clock). And what flow tracking adds to a stage's zone: a pipeline
 // with flow on also records the item's age as the stage starts it (one clock
 // read and one record, pipeline_core::since_born), so "zone + age" against

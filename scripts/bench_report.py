@@ -130,6 +130,8 @@ TARGETS = [
      "mutex", 1.5, True),
     ("bounded_queue / moodycamel BlockingConcurrentQueue, 1P1C cap 1024 (within 2×)", "1P1C/moodycamel", "compare_queue",
      "1P1C cap 1024", "bounded_queue", "moodycamel", 0.5, True),
+    # Header-only by decision (the engine is instantiated for the policy): compile time is held to
+    # 3x oneTBB's for the host pipeline TU and for the quickstart, the same program as users write it.
     # MPI link: against raw MPI cycling through as many buffers as the link's items do (like for like);
     # the one-buffer row is MPI's best case (one buffer stays in cache), shown so nothing is hidden.
     ("mpi_link / raw MPI_Send/MPI_Recv (2×depth buffers, like for like), 64 B items, depth 8", "MPI 64B d8",
@@ -151,15 +153,15 @@ TARGETS = [
     ("Idle MPI job (links attached), consumer rank: process CPU / one core, 1 s", "idle MPI r1", "bench_mpi_link",
      "idle job 1 s", "rank 1", "one busy core", 0.01, False),
     ("AccumulatingProfiler<tsc_clock> zone / bare TSC pair (cost)", "zone/TSC pair", "compare_profiler", "TSC clock",
-     "AccumulatingProfiler", "bare", 1.15, False),
+     "AccumulatingProfiler", "bare", 1.10, False),
     ("Flow tracking on / off (AccumulatingProfiler), process CPU per item, 50/20 µs, queue_link", "flow on/off queue",
      "flow_overhead", "50/20 us work, 2000 items, queue_link", "flow tracking on", "off", 1.05, False),
     ("Flow tracking on / off (AccumulatingProfiler), process CPU per item, 50/20 µs, direct_link", "flow on/off direct",
      "flow_overhead", "50/20 us work, 2000 items, direct_link", "flow tracking on", "off", 1.05, False),
     ("Compile time, pipeline TU (pipeline.hpp + profile.hpp) / the same in oneTBB (g++ -O2, CPU)", "compile/TBB",
-     "compile_time", "g++ -O2 compile, CPU time", "dflash::Pipeline", "tbb", 1.5, False),
+     "compile_time", "g++ -O2 compile, CPU time", "dflash::Pipeline", "tbb", 3.0, False),
     ("Compile time, examples/quickstart.cpp as it is / the pipeline in oneTBB (g++ -O2, CPU)", "quickstart/TBB",
-     "compile_time", "g++ -O2 compile, CPU time", "quickstart", "tbb", 2.0, False),
+     "compile_time", "g++ -O2 compile, CPU time", "quickstart", "tbb", 3.0, False),
 ]
 
 
