@@ -140,7 +140,10 @@ class Delivery(unittest.TestCase):
         self.assertGreaterEqual(keys["drafter.work"]["min_ns"], 2_000_000)  # each at least the sleep
         self.assertEqual(keys["drafter.wait"]["count"], steps + 1)  # + the wait that found the end
         self.assertTrue(prof["advice"]["bottleneck"]["ok"], prof["advice"])
-        self.assertIn("limiting stage", table)
+        # The verdict itself depends on the machine's load (a loaded one leaves no stage saturated):
+        # the table carries it either way.
+        self.assertIn("bottleneck over", table)
+        self.assertTrue("limiting stage" in table or "no stage is saturated" in table, table)
         staging = prof["staging"]  # the pinned staging pool: a few blocks, reused for every step
         self.assertEqual(staging["allocations"] + staging["reuses"], steps)
         self.assertLessEqual(staging["high_water_bytes"], staging["bound_bytes"])
