@@ -12,7 +12,7 @@
 //   host twin      the step's [docs, seq, lengths, tokens] into the worker's "device" block; the
 //                  captured work reads it and runs TargetModel::forward_padded into the slot.
 // Both write the same padded states as target_forward, bit for bit on the twin (the
-// example_train_cuda_graphs_same_digests test) and within the forward's float tolerance on the GPU.
+// example_train_cuda_graphs_same_results test) and within the forward's float tolerance on the GPU.
 
 #include <cstddef>
 #include <cstdint>

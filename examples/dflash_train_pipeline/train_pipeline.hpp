@@ -30,10 +30,11 @@
 
 namespace dflash_example {
 
-template <class P, class B>
+/// Target: the target forward's stage (the graphed one with --cuda-graphs, below).
+template <class P, class B, class Target = target_forward<P, B>>
 using train_pipeline = dflash::Pipeline<P,                                                    //
                                         batch_source, dflash::queue_link<"batch_queue", 8>,   //
-                                        dflash::workers<target_forward<P, B>, 2>,             //
+                                        dflash::workers<Target, 2>,                           //
                                         dflash::device_link<"hs_device", 4>,                  //
                                         postprocess<P, B>, dflash::queue_link<"hs_queue", 60>,  //
                                         drafter_train<P>>;
@@ -57,13 +58,7 @@ using train_rows_pipeline =
 /// is captured once per worker and slot and replayed with one graph launch per step
 /// (target_forward_graphed.hpp says what travels through memory instead of arguments).
 template <class P, class B>
-using train_graphed_pipeline =
-    dflash::Pipeline<P,                                                                    //
-                     batch_source, dflash::queue_link<"batch_queue", 8>,                   //
-                     dflash::workers<dflash::graphed<target_forward_graphed<P, B>>, 2>,    //
-                     dflash::device_link<"hs_device", 4>,                                  //
-                     postprocess<P, B>, dflash::queue_link<"hs_queue", 60>,                //
-                     drafter_train<P>>;
+using train_graphed_pipeline = train_pipeline<P, B, dflash::graphed<target_forward_graphed<P, B>>>;
 
 /// The host-twin instance (keys do not depend on the backend or the policy).
 template <class P>
