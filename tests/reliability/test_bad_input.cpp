@@ -164,6 +164,25 @@ TEST_CASE("Pipeline: a runtime shape with 0 workers or a queue of depth 0", "[ba
   CHECK(pipe::default_shape().depths == std::array<std::size_t, 2>{4, 4});
 }
 
+// Messages are printf-formatted through a stack buffer (detail/format.hpp): one
+// longer than the buffer must come whole, not cut at its size.
+TEST_CASE("bounded_queue: a long name stays whole in the message", "[bad_input][queue]") {
+  struct chars {
+    char v[301];
+  };
+  static constexpr chars text = [] {
+    chars c{};
+    for (std::size_t i = 0; i < 300; ++i) c.v[i] = static_cast<char>('a' + i % 26);
+    return c;
+  }();
+  static constexpr dflash::fixed_string<300> long_name(text.v);
+  std::string expected = "dflash::bounded_queue '";
+  for (std::size_t i = 0; i < 300; ++i) expected += static_cast<char>('a' + i % 26);
+  expected += "': capacity must be at least 1 (got 0)";
+  CHECK_THROWS_MATCHES((dflash::bounded_queue<int, dflash::NullProfiler, long_name>(0)), std::invalid_argument,
+                       Catch::Matchers::Message(expected));
+}
+
 // ---- periodic reporter -------------------------------------------------------
 
 TEST_CASE("periodic_reporter: negative, NaN, infinite, too long or sub-tick interval", "[bad_input][reporter]") {

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "dflash/detail/format.hpp"
+
 namespace dflash::detail {
 
 /// steady_clock::now() + timeout, saturated at time_point::max() ("forever")
@@ -19,7 +21,7 @@ std::chrono::steady_clock::time_point saturating_deadline(std::chrono::duration<
   using ld = std::chrono::duration<long double, std::nano>;
   const auto now = sc::now();
   const ld t = std::chrono::duration_cast<ld>(timeout);
-  if (t.count() != t.count()) throw std::invalid_argument(std::string(who) + ": timeout is NaN");
+  if (t.count() != t.count()) throw_invalid_argument("%.*s: timeout is NaN", static_cast<int>(who.size()), who.data());
   if (!(t.count() > 0)) return now;
   const ld room = std::chrono::duration_cast<ld>(sc::time_point::max() - now);
   if (t >= room) return sc::time_point::max();

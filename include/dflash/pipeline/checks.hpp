@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dflash/detail/capacity.hpp"
+#include "dflash/detail/format.hpp"
 #include "dflash/device/device_stream.hpp"
 #include "dflash/pipeline/link.hpp"
 #include "dflash/pipeline/link_site.hpp"
@@ -165,23 +166,21 @@ void check_segment(const Shape& s) {
     constexpr std::size_t B = T::template segment_last<A>();
     constexpr std::size_t none = T::stage_count;
     if (A == 0 && s.workers[0] > 1)
-      throw std::invalid_argument("dflash::Pipeline: a source joined by a direct_link runs one call at a time "
-                                  "(workers must be 1, got " + std::to_string(s.workers[0]) + ")");
+      throw_invalid_argument("dflash::Pipeline: a source joined by a direct_link runs one call at a time "
+                             "(workers must be 1, got %zu)", s.workers[0]);
     const std::size_t p = parallel_stage_of<T, A>(s);
     for (std::size_t k = p + 1; k <= B && p < none; ++k)
       if (s.workers[k] > 1)
-        throw std::invalid_argument("dflash::Pipeline: stages " + std::to_string(p) + " and " + std::to_string(k) +
-                                    " are joined by direct_links and both have several workers; a direct segment "
-                                    "runs on the workers of one parallel stage (put a queue_link between them)");
+        throw_invalid_argument("dflash::Pipeline: stages %zu and %zu are joined by direct_links and both have several "
+                               "workers; a direct segment runs on the workers of one parallel stage (put a queue_link "
+                               "between them)", p, k);
     if (T::template in_order_at<A> && p < none)
-      throw std::invalid_argument("dflash::Pipeline: the in_order stage " + std::to_string(A) +
-                                  " starts a direct segment, which then runs on one thread: stage " +
-                                  std::to_string(p) + " of that segment cannot have several workers");
+      throw_invalid_argument("dflash::Pipeline: the in_order stage %zu starts a direct segment, which then runs on one "
+                             "thread: stage %zu of that segment cannot have several workers", A, p);
     [&]<std::size_t... K>(std::index_sequence<K...>) {
       (((T::template in_order_at<A + K> && K > 0 && p < none && p + 1 != A + K)
-            ? throw std::invalid_argument("dflash::Pipeline: the in_order stage " + std::to_string(A + K) +
-                                          " in a direct segment must directly follow its parallel stage (" +
-                                          std::to_string(p) + ")")
+            ? throw_invalid_argument("dflash::Pipeline: the in_order stage %zu in a direct segment must directly "
+                                     "follow its parallel stage (%zu)", A + K, p)
             : void()),
        ...);
     }(std::make_index_sequence<B - A + 1>{});
@@ -212,41 +211,41 @@ inline bool runs_here(const shape_facts& f, std::size_t i) noexcept { return run
 
 /// Workers, depths and placement of any topology; std::invalid_argument with the fix otherwise.
 inline void check_shape_facts(const shape_facts& f) {
-  const auto n = [](std::size_t v) { return std::to_string(v); };
   for (std::size_t i = 0; i < f.workers.size(); ++i)
-    if (f.workers[i] == 0)
-      throw std::invalid_argument("dflash::Pipeline: stage " + n(i) + " needs at least one worker (got 0)");
+    if (f.workers[i] == 0) throw_invalid_argument("dflash::Pipeline: stage %zu needs at least one worker (got 0)", i);
   for (std::size_t i = 0; i < f.workers.size(); ++i)
     if (f.in_order[i] && f.workers[i] != 1)
-      throw std::invalid_argument("dflash::Pipeline: stage " + n(i) + " is in_order and runs on exactly one worker (got " +
-                                  n(f.workers[i]) + ")");
+      throw_invalid_argument("dflash::Pipeline: stage %zu is in_order and runs on exactly one worker (got %zu)", i,
+                             f.workers[i]);
   for (std::size_t i = 0; i < f.depths.size(); ++i) {
-    const auto link = "dflash::Pipeline: link " + n(i) + " ('" + std::string(f.link_names[i]) + "')";
-    if (f.depths[i] == 0) throw std::invalid_argument(link + " needs a depth of at least 1 (got 0)");
+    const int len = static_cast<int>(f.link_names[i].size());
+    const char* name = f.link_names[i].data();
+    if (f.depths[i] == 0)
+      throw_invalid_argument("dflash::Pipeline: link %zu ('%.*s') needs a depth of at least 1 (got 0)", i, len, name);
     // One limit for every link kind, whatever it allocates (a direct link's window allocates nothing).
     if (f.depths[i] > max_ring_capacity)
-      throw std::invalid_argument(link + " needs a depth of at most 2^61 (got " + n(f.depths[i]) + ")");
+      throw_invalid_argument("dflash::Pipeline: link %zu ('%.*s') needs a depth of at most 2^61 (got %zu)", i, len,
+                             name, f.depths[i]);
     // A rows link checks its own sizes against its item type when it is made.
     if (!f.carries_rows[i] && f.rows[i] != row_sizes{})
-      throw std::invalid_argument(link + " does not carry rows: shape.rows[" + n(i) +
-                                  "] is for a dflash::device_queue_link only and must stay {}");
+      throw_invalid_argument("dflash::Pipeline: link %zu ('%.*s') does not carry rows: shape.rows[%zu] is for a "
+                             "dflash::device_queue_link only and must stay {}", i, len, name, i);
   }
 }
 
 /// Placement: a link between this process and another must be able to cross, and some stage must run here.
 inline void check_placement_facts(const shape_facts& f) {
-  const auto n = [](std::size_t v) { return std::to_string(v); };
   for (std::size_t l = 0; l < f.depths.size(); ++l)
     if (runs_here(f, l) != runs_here(f, l + 1) && !f.crosses_processes[l])
-      throw std::invalid_argument(
-          "dflash::Pipeline: stages " + n(l) + " and " + n(l + 1) + " run in different processes (shape.ranks), but link " +
-          n(l) + " ('" + std::string(f.link_names[l]) +
-          "') cannot cross processes: make it a dflash::mpi::net_link, or place both stages on the same ranks");
+      throw_invalid_argument(
+          "dflash::Pipeline: stages %zu and %zu run in different processes (shape.ranks), but link %zu ('%.*s') cannot "
+          "cross processes: make it a dflash::mpi::net_link, or place both stages on the same ranks",
+          l, l + 1, l, static_cast<int>(f.link_names[l].size()), f.link_names[l].data());
   bool any = false;
   for (std::size_t i = 0; i < f.workers.size(); ++i) any = any || runs_here(f, i);
   if (!any)
-    throw std::invalid_argument("dflash::Pipeline: no stage runs in this process (rank " + std::to_string(f.rank) +
-                                " is in none of shape.ranks)");
+    throw_invalid_argument("dflash::Pipeline: no stage runs in this process (rank %d is in none of shape.ranks)",
+                           f.rank);
 }
 
 /// The shape, if every size and the placement make sense for topology T; std::invalid_argument otherwise.
@@ -284,18 +283,21 @@ void check_devices(const Shape& s, CountDevices&& count) {
   const int n = count();
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (([&] {
-       const auto stage = "dflash::Pipeline: stage " + std::to_string(I) + " ('" +
-                          std::string(T::template stage_type<I>::name.view()) + "')";
        if (s.devices[I].empty()) return;
+       const std::string_view name = T::template stage_type<I>::name.view();
+       const int len = static_cast<int>(name.size());
        if constexpr (!T::template device_stage<I>)
-         throw std::invalid_argument(stage + " is placed on devices (shape.devices), but it is not a device stage: "
-                                     "only a stage next to a device_link has a stream to place");
-       for (const int d : s.devices[I])
-         if (d < 0 || d >= n)
-           throw std::invalid_argument(stage + ": device " + std::to_string(d) + " in shape.devices does not exist (" +
-                                       (n > 0 ? std::to_string(n) + " device(s): ids 0.." + std::to_string(n - 1)
-                                              : std::string("the backend has no device")) +
-                                       ")");
+         throw_invalid_argument("dflash::Pipeline: stage %zu ('%.*s') is placed on devices (shape.devices), but it is "
+                                "not a device stage: only a stage next to a device_link has a stream to place",
+                                I, len, name.data());
+       for (const int d : s.devices[I]) {
+         if (d >= 0 && d < n) continue;
+         if (n > 0)
+           throw_invalid_argument("dflash::Pipeline: stage %zu ('%.*s'): device %d in shape.devices does not exist "
+                                  "(%d device(s): ids 0..%d)", I, len, name.data(), d, n, n - 1);
+         throw_invalid_argument("dflash::Pipeline: stage %zu ('%.*s'): device %d in shape.devices does not exist "
+                                "(the backend has no device)", I, len, name.data(), d);
+       }
      }()),
      ...);
   }(std::make_index_sequence<T::stage_count>{});

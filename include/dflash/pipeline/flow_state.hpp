@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/format.hpp"
 #include "dflash/pipeline/item.hpp"
 #include "dflash/pipeline/stage.hpp"
 #include "dflash/profile/profiler_policy.hpp"
@@ -96,7 +97,8 @@ class flow_state {
   void name_worker(std::size_t w) const noexcept {
     if constexpr (P::enabled) {
       try {
-        name_this_thread(prof(), std::string(stage_type<I>::name.view()) + "#" + std::to_string(w));
+        const std::string_view name = stage_type<I>::name.view();
+        name_this_thread(prof(), formatted("%.*s#%zu", static_cast<int>(name.size()), name.data(), w));
       } catch (...) {  // a name is cosmetic: never a reason to stop
       }
     }

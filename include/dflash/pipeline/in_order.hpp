@@ -18,14 +18,15 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/format.hpp"
 #include "dflash/pipeline/item.hpp"
 
 namespace dflash::detail {
 
 /// The error of an item whose sequence number was already delivered or parked.
 [[noreturn]] inline void throw_seen_twice(std::string_view stage, std::uint64_t seq) {
-  throw std::logic_error("dflash::Pipeline: in_order stage '" + std::string(stage) + "' received item #" +
-                         std::to_string(seq) + " twice");
+  throw std::logic_error(formatted("dflash::Pipeline: in_order stage '%.*s' received item #%llu twice",
+                                   static_cast<int>(stage.size()), stage.data(), static_cast<unsigned long long>(seq)));
 }
 
 template <class T, class Tag = std::uint64_t>
@@ -133,10 +134,13 @@ class ordered_stages {
       (([&] {
          if constexpr (Topo::template in_order_at<I>) {
            auto& o = reorder<I>();
-           if (o.parked() != 0 && why.empty())
-             why = "dflash::Pipeline: in_order stage '" + std::string(stage_type<I>::name.view()) + "' ended with " +
-                   std::to_string(o.parked()) + " item(s) parked: item #" + std::to_string(o.next()) +
-                   " never arrived, so they were not delivered";
+           if (o.parked() != 0 && why.empty()) {
+             const std::string_view name = stage_type<I>::name.view();
+             why = formatted("dflash::Pipeline: in_order stage '%.*s' ended with %zu item(s) parked: item #%llu never "
+                             "arrived, so they were not delivered",
+                             static_cast<int>(name.size()), name.data(), static_cast<std::size_t>(o.parked()),
+                             static_cast<unsigned long long>(o.next()));
+           }
          }
        }()),
        ...);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "dflash/analysis/pipeline_layout.hpp"
+#include "dflash/detail/format.hpp"
 #include "dflash/pipeline/link.hpp"
 
 namespace dflash::detail {
@@ -45,8 +46,8 @@ analysis::pipeline_layout local_layout_of(const Shape& s) {
   for (std::size_t i = 0; i < all.stages.size(); ++i) {
     if (!s.here(i)) continue;
     if (!out.stages.empty() && !s.here(i - 1))
-      throw std::invalid_argument("dflash::Pipeline::local_layout: the stages placed on rank " + std::to_string(s.rank) +
-                                  " are not one run of adjacent stages, so they form no pipeline to analyse");
+      throw_invalid_argument("dflash::Pipeline::local_layout: the stages placed on rank %d are not one run of adjacent "
+                             "stages, so they form no pipeline to analyse", s.rank);
     if (!out.stages.empty()) out.links.push_back(all.links[i - 1]);
     out.stages.push_back(all.stages[i]);
   }

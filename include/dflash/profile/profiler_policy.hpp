@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "dflash/detail/format.hpp"
 #include "dflash/profile/key.hpp"
 
 namespace dflash {
@@ -51,25 +52,26 @@ namespace detail {
 /// conversion to int64 ns would overflow for ~292 years and more); negative,
 /// too large, NaN and infinite durations are the caller's bug and are reported
 /// naming the policy, the key and the value, never clamped.
+/// The error of a bad add(k, d): one function for every policy, key and duration type.
+[[noreturn]] inline void throw_bad_add(std::string_view who, std::string_view key, const char* problem,
+                                       const long double* ns = nullptr, const char* more = "") {
+  char shown[96] = "";
+  if (ns != nullptr) std::snprintf(shown, sizeof shown, " (got %.6Lg ns)%s", *ns, more);
+  throw_invalid_argument("%.*s::add: %s for key '%.*s'%s", static_cast<int>(who.size()), who.data(), problem,
+                         static_cast<int>(key.size()), key.data(), shown);
+}
+
 template <class Rep, class Period>
 std::uint64_t checked_add_ns(std::string_view who, std::string_view key, std::chrono::duration<Rep, Period> d) {
-  const auto what = [&](const char* problem, const std::string& value) {
-    return std::string(who) + "::add: " + problem + " for key '" + std::string(key) + "'" + value;
-  };
   // long double holds every int64 exactly (x86: 64-bit mantissa), and its
   // range is far beyond any Rep/Period product.
   const long double ns = std::chrono::duration<long double, std::nano>(d).count();
-  if (ns != ns) throw std::invalid_argument(what("duration is NaN", ""));
+  if (ns != ns) throw_bad_add(who, key, "duration is NaN");
   if (ns > std::numeric_limits<long double>::max() || ns < -std::numeric_limits<long double>::max())
-    throw std::invalid_argument(what("duration is infinite", ""));
-  const auto shown = [&] {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, " (got %.6Lg ns)", ns);
-    return std::string(buf);
-  };
-  if (ns < 0) throw std::invalid_argument(what("negative duration", shown()));
+    throw_bad_add(who, key, "duration is infinite");
+  if (ns < 0) throw_bad_add(who, key, "negative duration", &ns);
   if (ns > static_cast<long double>(std::numeric_limits<std::int64_t>::max()))
-    throw std::invalid_argument(what("duration too large", shown() + "; at most 2^63-1 ns (about 292 years)"));
+    throw_bad_add(who, key, "duration too large", &ns, "; at most 2^63-1 ns (about 292 years)");
   if constexpr (std::is_floating_point_v<Rep>) return static_cast<std::uint64_t>(ns);  // in range: truncates
   else return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }

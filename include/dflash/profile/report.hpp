@@ -2,7 +2,6 @@
 // Human-readable table and JSON for a profile_snapshot.
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -10,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "dflash/detail/format.hpp"
 #include "dflash/profile/flow_rows.hpp"
 #include "dflash/profile/stats.hpp"
 
@@ -18,28 +18,6 @@ namespace dflash {
 enum class report_format { table, json };
 
 namespace detail {
-/// printf into `out`, however long the result (a fixed buffer cut long rows).
-/// A C variadic, not a template: every report row shares this one function
-/// instead of compiling a copy per argument list in every including TU.
-[[gnu::format(printf, 2, 3)]] inline void append_fmt(std::string& out, const char* fmt, ...) {
-  char buf[256];
-  std::va_list args;
-  va_start(args, fmt);
-  std::va_list again;
-  va_copy(again, args);
-  const int n = std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  if (n > 0 && static_cast<std::size_t>(n) < sizeof buf) {
-    out.append(buf, static_cast<std::size_t>(n));
-  } else if (n > 0) {
-    const std::size_t at = out.size();
-    out.resize(at + static_cast<std::size_t>(n) + 1);
-    std::vsnprintf(out.data() + at, static_cast<std::size_t>(n) + 1, fmt, again);
-    out.resize(at + static_cast<std::size_t>(n));
-  }
-  va_end(again);
-}
-
 /// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlongs,
 /// no surrogates, <= U+10FFFF), or 0 if the bytes there are not one.
 inline std::size_t utf8_sequence(std::string_view s, std::size_t i) noexcept {
