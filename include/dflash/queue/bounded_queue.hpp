@@ -15,39 +15,18 @@
 // empty policy nothing is recorded and no clock is read.
 //
 // How: a bounded MPMC ring of `capacity` slots (Vyukov's per-slot sequence
-// scheme, positions doubled as in ring_control so capacity 1 works) — a push
-// or pop that does not wait is one CAS plus a release store, no lock and no
-// fence. A push or pop that must wait spins briefly, yields a few times, then
-// parks on a condition variable; the other side takes the mutex and notifies
-// only when someone is parked.
-//
-// The spin adapts per side: it lengthens when waits end while spinning (the
-// other side runs on another core) and shrinks to a few pauses when they do
-// not. With more threads than cores the other side is usually not running,
-// and a fixed spin would burn the very core it needs; yielding hands that core
-// over without a futex round trip, and parking bounds what an idle wait costs.
-//
-// "Someone is parked" is a bit inside the very word the other side CASes to
-// claim a position (pop-parked in the push index, push-parked in the pop
-// index). A parker sets it with an atomic RMW, so it lands in that word's
-// single modification order: a claim that comes later sees the bit and wakes
-// after it publishes, and a claim that came earlier is visible to the parker,
-// which then spins for that imminent publish instead of sleeping. So a wake-up
-// is never lost, and neither side needs a StoreLoad fence (a fence-based
-// scheme would pay a membarrier syscall — IPIs to every core — on each park).
+// scheme): a push or pop that does not wait is one CAS plus a release store, no
+// lock and no fence; one that must wait spins, yields, then parks. Everything
+// but moving a T in and out is detail::blocking_ring (blocking_ring.hpp, with
+// the protocol and why), which is not a template: each queue type adds only
+// its slot moves.
 
-#include <algorithm>
-#include <bit>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <concepts>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
-#include <thread>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -57,22 +36,13 @@
 
 #include "dflash/detail/capacity.hpp"
 #include "dflash/detail/deadline.hpp"
-#include "dflash/detail/spin.hpp"
 #include "dflash/profile/fixed_string.hpp"
 #include "dflash/profile/null_profiler.hpp"
 #include "dflash/profile/profiler_policy.hpp"
+#include "dflash/queue/blocking_ring.hpp"
 #include "dflash/queue/queue_keys.hpp"
 
 namespace dflash {
-
-
-/// Outcome of a push that can fail for more than one reason.
-enum class queue_status : std::uint8_t {
-  ok,       ///< the item is in the queue
-  full,     ///< try_push: no room right now
-  timeout,  ///< push_for: no room before the deadline
-  closed,   ///< the queue is closed; the item was not taken
-};
 
 template <class T, ProfilerPolicy P = NullProfiler, fixed_string Name = "queue">
 class bounded_queue {
@@ -89,10 +59,8 @@ class bounded_queue {
 
   /// `prof` must outlive the queue.
   bounded_queue(std::size_t capacity, const P& prof)
-      : cap_(checked(capacity)), mask_(std::has_single_bit(capacity) ? capacity - 1 : 0),
-        slots_(std::make_unique<slot[]>(capacity)), prof_(prof) {
-    for (std::size_t i = 0; i < capacity; ++i) slots_[i].seq.store(2 * i, std::memory_order_relaxed);
-  }
+      : slots_(std::make_unique<slot[]>(checked(capacity))), prof_(prof),
+        ring_(capacity, first_seq(capacity), sizeof(slot)) {}
 
   bounded_queue(const bounded_queue&) = delete;
   bounded_queue& operator=(const bounded_queue&) = delete;
@@ -150,111 +118,66 @@ class bounded_queue {
   void record_pop() const { record_zero(pop_wait_key<Name>{}); }
 
   /// Idempotent. Wakes every blocked push (fails) and pop (drains, then empty).
-  void close() noexcept {
-    enq_.fetch_or(closed_bit, std::memory_order_acq_rel);
-    {
-      const std::lock_guard lk(m_);  // a parker checks closed() under m_ before it waits
-    }
-    not_full_.notify_all();
-    not_empty_.notify_all();
-  }
+  void close() noexcept { ring_.close(); }
 
   /// The largest capacity the position encoding serves (detail/capacity.hpp).
   static constexpr std::size_t max_capacity = detail::max_ring_capacity;
 
-  [[nodiscard]] bool closed() const noexcept { return (enq_.load(std::memory_order_acquire) & closed_bit) != 0; }
+  [[nodiscard]] bool closed() const noexcept { return ring_.closed(); }
   /// Items in the queue (reserved pushes minus reserved pops; exact when quiescent).
-  [[nodiscard]] std::size_t size() const noexcept {
-    const std::uint64_t d = deq_.load(std::memory_order_acquire) & pos_mask;
-    const std::uint64_t e = enq_.load(std::memory_order_acquire) & pos_mask;
-    return e > d ? static_cast<std::size_t>(std::min<std::uint64_t>(e - d, cap_)) : 0;
-  }
+  [[nodiscard]] std::size_t size() const noexcept { return ring_.size(); }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   /// Pushes that claimed a position so far: every item that entered, plus any
   /// pending publish (a pipeline compares it with the items its consumers took).
-  [[nodiscard]] std::uint64_t pushes() const noexcept { return enq_.load(std::memory_order_acquire) & pos_mask; }
-  [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
+  [[nodiscard]] std::uint64_t pushes() const noexcept { return ring_.pushes(); }
+  [[nodiscard]] std::size_t capacity() const noexcept { return ring_.capacity(); }
   /// Threads blocked (spinning or parked) in push()/push_for() now (for tests and diagnostics).
-  [[nodiscard]] std::size_t blocked_pushers() const noexcept { return blocked_push_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::size_t blocked_pushers() const noexcept { return ring_.blocked_pushers(); }
   /// Threads blocked in pop()/pop_for() now.
-  [[nodiscard]] std::size_t blocked_poppers() const noexcept { return blocked_pop_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::size_t blocked_poppers() const noexcept { return ring_.blocked_poppers(); }
   /// Pause rounds the next blocking push / pop spins before it yields: doubled (up to
   /// max_spin) when a wait ends while spinning, halved (down to min_spin) when it does not.
-  static constexpr int min_spin = 4, max_spin = 128;
-  [[nodiscard]] int push_spin() const noexcept { return push_spin_.load(std::memory_order_relaxed); }
-  [[nodiscard]] int pop_spin() const noexcept { return pop_spin_.load(std::memory_order_relaxed); }
+  static constexpr int min_spin = detail::blocking_ring::min_spin, max_spin = detail::blocking_ring::max_spin;
+  [[nodiscard]] int push_spin() const noexcept { return ring_.push_spin(); }
+  [[nodiscard]] int pop_spin() const noexcept { return ring_.pop_spin(); }
 
  private:
-  using time_point = std::chrono::steady_clock::time_point;
-  // enq_ = push position | closed_bit | pop_parked_bit; deq_ = pop position | push_parked_bit.
-  static constexpr std::uint64_t closed_bit = std::uint64_t{1} << 63;
-  static constexpr std::uint64_t pop_parked_bit = std::uint64_t{1} << 62;   // in enq_
-  static constexpr std::uint64_t push_parked_bit = std::uint64_t{1} << 63;  // in deq_
-  static constexpr std::uint64_t pos_mask = (std::uint64_t{1} << 62) - 1;
-  // The adaptive spin's start (see the header comment), and yields before parking.
-  static constexpr int initial_spin = 32, yield_rounds = 4;
+  using time_point = detail::blocking_ring::time_point;
 
-  // seq == 2*pos: free for the push of position pos; 2*pos+1: holds its item;
-  // 2*(pos+capacity): popped, free for the next lap (see ring_control).
+  // The ring's sequence word first: slot i's lies sizeof(slot) * i bytes past slot 0's (blocking_ring).
   struct slot {
     std::atomic<std::uint64_t> seq{0};
     std::optional<T> value;  // empty only if a throwing constructor was published
   };
 
   static std::size_t checked(std::size_t capacity) {
-    detail::check_capacity(capacity, "dflash::bounded_queue '" + std::string(Name.view()) + "'");
+    detail::check_capacity(capacity, "dflash::bounded_queue", Name.view());
     return capacity;
   }
 
-  slot& at(std::uint64_t pos) const noexcept {
-    return slots_[mask_ ? (pos & mask_) : (pos % cap_)];  // no division for power-of-two capacities
+  // checked() has thrown for capacity 0 before this runs; the test keeps g++'s
+  // -Warray-bounds from following a constant 0 into a zero-slot array.
+  std::atomic<std::uint64_t>* first_seq(std::size_t capacity) const noexcept {
+    return capacity != 0 ? &slots_[0].seq : nullptr;
   }
-  static std::int64_t diff(std::uint64_t a, std::uint64_t b) noexcept { return static_cast<std::int64_t>(a - b); }
 
-  // `locked`: the caller holds m_ (a parker's check), so a wake-up must not lock it again.
-  // On `full`, *in_flight tells whether the pop that frees the blocking slot has
-  // already claimed it (its release, and so our room, is imminent).
+  // `locked`: the caller holds the ring's parking mutex (a parker's attempt).
   template <class U>
   queue_status try_enqueue(U&& v, bool locked = false, bool* in_flight = nullptr) {
-    std::uint64_t word = enq_.load(std::memory_order_relaxed);
-    for (;;) {
-      if (word & closed_bit) return queue_status::closed;
-      const std::uint64_t pos = word & pos_mask;
-      slot& s = at(pos);
-      const std::int64_t d = diff(s.seq.load(std::memory_order_acquire), 2 * pos);
-      if (d == 0) {
-        // The CAS reads the parked bit in the same RMW that claims pos.
-        if (enq_.compare_exchange_weak(word, word + 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
-          fill(s, pos, std::forward<U>(v), locked, (word & pop_parked_bit) != 0);
-          return queue_status::ok;
-        }
-      } else if (d < 0) {  // the slot still holds last lap's item: full, unless word is stale
-        const std::uint64_t now = enq_.load(std::memory_order_relaxed);
-        if (now == word) {
-          // Read after a parker's bit-setting RMW, so a pop claiming pos - cap later sees the bit.
-          if (in_flight) *in_flight = (deq_.load(std::memory_order_relaxed) & pos_mask) + cap_ > pos;
-          return queue_status::full;
-        }
-        word = now;
-      } else {
-        word = enq_.load(std::memory_order_relaxed);
-      }
-    }
+    const auto c = ring_.claim_push(in_flight);
+    if (c.st == queue_status::ok) fill(slots_[c.slot], c.pos, std::forward<U>(v), locked, c.wake_poppers);
+    return c.st;
   }
 
   template <class U>
   void fill(slot& s, std::uint64_t pos, U&& v, bool locked, bool wake_poppers) {
     struct publish {  // runs even if T's constructor throws, so the ring never stalls
-      bounded_queue* q;
+      detail::blocking_ring& r;
       slot& s;
       std::uint64_t pos;
       bool locked, wake;
-      ~publish() {
-        s.seq.store(2 * pos + 1, std::memory_order_release);
-        if (wake) [[unlikely]]
-          q->wake(q->not_empty_, q->enq_, pop_parked_bit, locked);
-      }
-    } guard{this, s, pos, locked, wake_poppers};
+      ~publish() { r.publish(s.seq, pos, locked, wake); }
+    } guard{ring_, s, pos, locked, wake_poppers};
     s.value.emplace(std::forward<U>(v));
   }
 
@@ -265,157 +188,37 @@ class bounded_queue {
   };
 
   dequeued try_dequeue(bool locked = false) {
-    std::uint64_t word = deq_.load(std::memory_order_relaxed);
     for (;;) {
-      const std::uint64_t pos = word & pos_mask;
-      slot& s = at(pos);
-      const std::int64_t d = diff(s.seq.load(std::memory_order_acquire), 2 * pos + 1);
-      if (d == 0) {
-        if (deq_.compare_exchange_weak(word, word + 1, std::memory_order_relaxed, std::memory_order_relaxed)) {
-          dequeued out;
-          take(s, pos, out.value, locked, (word & push_parked_bit) != 0);
-          if (out.value) return out;
-          word = deq_.load(std::memory_order_relaxed);  // a failed push's empty slot: skip it
-        }
-      } else if (d < 0) {  // nothing published at pos (yet)
-        const std::uint64_t e = enq_.load(std::memory_order_acquire);
-        const std::uint64_t now = deq_.load(std::memory_order_relaxed);
-        if (now == word) {
-          dequeued out;
-          out.drained = (e & closed_bit) != 0 && (e & pos_mask) == pos;
-          out.in_flight = (e & pos_mask) > pos;
-          return out;
-        }
-        word = now;
-      } else {
-        word = deq_.load(std::memory_order_relaxed);
+      const auto c = ring_.claim_pop();
+      dequeued out;
+      if (!c.claimed) {
+        out.drained = c.drained;
+        out.in_flight = c.in_flight;
+        return out;
       }
+      take(slots_[c.slot], c.pos, out.value, locked, c.wake_pushers);
+      if (out.value) return out;
+      // a failed push's empty slot: skip it
     }
   }
 
   void take(slot& s, std::uint64_t pos, std::optional<T>& out, bool locked, bool wake_pushers) {
     struct release {  // hands the slot to the next lap even if T's move throws
-      bounded_queue* q;
+      detail::blocking_ring& r;
       slot& s;
       std::uint64_t pos;
       bool locked, wake;
       ~release() {
         s.value.reset();
-        s.seq.store(2 * (pos + q->cap_), std::memory_order_release);
-        if (wake) [[unlikely]]
-          q->wake(q->not_full_, q->deq_, push_parked_bit, locked);
+        r.release(s.seq, pos, locked, wake);
       }
-    } guard{this, s, pos, locked, wake_pushers};
+    } guard{ring_, s, pos, locked, wake_pushers};
     if (s.value) out.emplace(std::move(*s.value));
-  }
-
-  // Wakes every parker of one side and clears its bit; those that still cannot
-  // proceed set it again before they sleep. Both happen under m_, and a parker
-  // holds m_ from setting the bit until it waits, so every parker that set the
-  // bit is waiting once we hold m_. The notify comes after unlocking, so the
-  // woken thread does not wake into a held mutex.
-  void wake(std::condition_variable& cv, std::atomic<std::uint64_t>& word, std::uint64_t bit, bool locked) {
-    if (locked) {
-      word.fetch_and(~bit, std::memory_order_relaxed);
-    } else {
-      const std::lock_guard lk(m_);
-      word.fetch_and(~bit, std::memory_order_relaxed);
-    }
-    cv.notify_all();
   }
 
   template <class K>
   void record_zero(K k) const {
     if constexpr (P::enabled) prof_->add(k, typename P::duration{0});
-  }
-
-  // Whether the slot `ahead` places past this side's position has turned:
-  // free for a push (turn 0), or holding an item for a pop (turn 1); also true
-  // once another waiter of this side passed it, which a full attempt then
-  // sees. The spin polls this rather than attempting: a failed attempt reads
-  // the other side's index word (a pop for drained and in-flight, a push for
-  // in-flight), the word that side CASes for every item, and so took its
-  // cache line away from it on each poll. With producer and consumer on
-  // different cores that cut 1P1C throughput to well under half; the slot's
-  // line changes hands once per item anyway.
-  bool turned(std::uint64_t own_word, std::uint64_t turn, std::uint64_t ahead = 0) const noexcept {
-    const std::uint64_t pos = (own_word & pos_mask) + ahead;
-    return diff(at(pos).seq.load(std::memory_order_relaxed), 2 * pos + turn) >= 0;
-  }
-
-  // A push that found the ring full waits, for the first half of its spin,
-  // until the slot a quarter of the ring ahead is free, rather than the next
-  // one: it then fills lines the consumer has left, where one slot at a time
-  // it would take back the line the consumer is working in, item after item
-  // (on different cores, 1P1C throughput more than doubles). The second half
-  // takes any room, so a slow consumer adds at most half a spin. A closed
-  // queue ends the wait at once (enq_ carries the bit). Pops take an item as
-  // soon as there is one: waiting for more would only add latency, and deq_
-  // does not carry the closed bit, so a pop sees a close at its first yield.
-  bool room_ready(bool patient) const noexcept {
-    const std::uint64_t word = enq_.load(std::memory_order_relaxed);
-    return (word & closed_bit) != 0 || turned(word, 0, patient ? cap_ / 4 : 0);
-  }
-  bool item_ready() const noexcept { return turned(deq_.load(std::memory_order_relaxed), 1); }
-
-  // Blocking paths. `attempt(locked, in_flight)` returns true when done
-  // (success, closed, ...); otherwise it sets in_flight when the other side has
-  // claimed the position we wait for. `ready(patient)` is the spin's cheap
-  // poll (room_ready(), item_ready()); `patient` holds for the first half of
-  // the spin. Spins a little, then parks on `cv` (advertised by `bit` in
-  // `word`) until `attempt` succeeds or the deadline passes. Returns false on
-  // timeout.
-  template <class Attempt, class Ready>
-  bool wait_for(Attempt&& attempt, Ready&& ready, std::atomic<std::uint64_t>& word, std::uint64_t bit,
-                std::uint32_t& parked, std::condition_variable& cv, std::atomic<int>& spin,
-                const time_point* deadline) {
-    bool in_flight = false;
-    // A heuristic shared by this side's waiters: relaxed, a lost update only mistunes one wait.
-    const int budget = spin.load(std::memory_order_relaxed);
-    for (int i = 0; i < budget; ++i) {
-      detail::cpu_relax();
-      if (!ready(i < budget / 2)) continue;
-      if (attempt(false, in_flight)) {
-        if (budget < max_spin) spin.store(std::min(max_spin, 2 * budget), std::memory_order_relaxed);
-        return true;
-      }
-    }
-    if (budget > min_spin) spin.store(std::max(min_spin, budget / 2), std::memory_order_relaxed);
-    for (int i = 0; i < yield_rounds; ++i) {
-      std::this_thread::yield();
-      if (attempt(false, in_flight)) return true;
-    }
-    std::unique_lock lk(m_);
-    struct parked_guard {  // also when T's constructor or move throws inside attempt()
-      std::unique_lock<std::mutex>& lk;
-      std::uint32_t& parked;
-      std::atomic<std::uint64_t>& word;
-      std::uint64_t bit;
-      ~parked_guard() {
-        if (!lk.owns_lock()) lk.lock();
-        if (--parked == 0) word.fetch_and(~bit, std::memory_order_relaxed);  // spare the other side a needless wake
-      }
-    } guard{lk, ++parked, word, bit};
-    for (int imminent = 0;; ++imminent) {
-      word.fetch_or(bit, std::memory_order_relaxed);  // before the check below: see the header comment
-      if (attempt(true, in_flight)) return true;
-      if (in_flight) {
-        // The other side claimed our position before our bit: its publish is
-        // imminent but will not wake us, so we poll (a slow T constructor can
-        // make "imminent" long: yield, then sleep, and keep the deadline).
-        if (deadline != nullptr && std::chrono::steady_clock::now() >= *deadline) return false;
-        lk.unlock();
-        if (imminent < 64) std::this_thread::yield();
-        else std::this_thread::sleep_for(std::chrono::microseconds(50));
-        lk.lock();
-        continue;
-      }
-      if (deadline == nullptr) {
-        cv.wait(lk);
-      } else if (cv.wait_until(lk, *deadline) == std::cv_status::timeout) {
-        return attempt(true, in_flight);
-      }
-    }
   }
 
   template <class U>
@@ -429,15 +232,12 @@ class bounded_queue {
       record_zero(push_wait_key<Name>{});
       return queue_status::timeout;
     }
-    const blocked_scope<push_wait_key<Name>> b(*this, blocked_push_);
-    const bool done = wait_for(
-        [&](bool locked, bool& in_flight) {
-          st = try_enqueue(std::forward<U>(v), locked, &in_flight);
-          return st != queue_status::full;
-        },
-        [this](bool patient) { return room_ready(patient); }, deq_, push_parked_bit, parked_push_, not_full_,
-        push_spin_, deadline);
-    return done ? st : queue_status::timeout;
+    const blocked_scope<push_wait_key<Name>> b(*this, ring_.push_waiters());
+    auto attempt = [&](bool locked, bool& in_flight) {
+      st = try_enqueue(std::forward<U>(v), locked, &in_flight);
+      return st != queue_status::full;
+    };
+    return ring_.wait_push(detail::blocking_ring::attempt(attempt), deadline) ? st : queue_status::timeout;
   }
 
   std::optional<T> pop_until(const time_point* deadline) {
@@ -447,21 +247,19 @@ class bounded_queue {
       return std::move(r.value);
     }
     {
-      const blocked_scope<pop_wait_key<Name>> b(*this, blocked_pop_);
-      (void)wait_for(
-          [&](bool locked, bool& in_flight) {
-            r = try_dequeue(locked);
-            in_flight = r.in_flight;
-            return r.value.has_value() || r.drained;
-          },
-          [this](bool) { return item_ready(); }, enq_, pop_parked_bit, parked_pop_, not_empty_, pop_spin_,
-          deadline);
+      const blocked_scope<pop_wait_key<Name>> b(*this, ring_.pop_waiters());
+      auto attempt = [&](bool locked, bool& in_flight) {
+        r = try_dequeue(locked);
+        in_flight = r.in_flight;
+        return r.value.has_value() || r.drained;
+      };
+      (void)ring_.wait_pop(detail::blocking_ring::attempt(attempt), deadline);
     }
     return std::move(r.value);
   }
 
-  // A blocking push or pop: counted in blocked_push_/blocked_pop_ and timed
-  // under K, until it returns or throws (T's constructor or move).
+  // A blocking push or pop: counted in the ring's blocked_push / blocked_pop and
+  // timed under K, until it returns or throws (T's constructor or move).
   template <class K>
   class blocked_scope {
    public:
@@ -491,24 +289,13 @@ class bounded_queue {
     if constexpr (P::enabled) prof_->end(k, tok);
   }
 
-  // Explicit padding rather than alignas(64): the words still never share a
-  // cache line, and the queue's size stays the plain sum of its members (so a
-  // NullProfiler queue is exactly one pointer smaller than a profiled one).
-  using pad = char[64 - sizeof(std::uint64_t)];
-  const std::size_t cap_;
-  const std::size_t mask_;  // cap_ - 1 when cap_ is a power of two, else 0
+  // slots_ before ring_: the ring is given their address. What every push and
+  // pop reads sits together (the slots, the profiler, the ring's sizes), ahead
+  // of the ring's index words on lines of their own. A NullProfiler queue is
+  // exactly one pointer smaller than a profiled one (prof_ takes no room).
   std::unique_ptr<slot[]> slots_;
   [[no_unique_address]] profiler_ref<P> prof_;
-  [[maybe_unused]] pad pad0_{};
-  std::atomic<std::uint64_t> enq_{0};  // next push position | closed_bit | pop_parked_bit
-  [[maybe_unused]] pad pad1_{};
-  std::atomic<std::uint64_t> deq_{0};  // next pop position | push_parked_bit
-  [[maybe_unused]] pad pad2_{};
-  std::uint32_t parked_push_ = 0, parked_pop_ = 0;  // under m_
-  std::atomic<std::size_t> blocked_push_{0}, blocked_pop_{0};
-  std::atomic<int> push_spin_{initial_spin}, pop_spin_{initial_spin};  // adaptive spin budgets, touched only when waiting
-  std::mutex m_;  // parking only; never taken on a fast path with nobody parked
-  std::condition_variable not_full_, not_empty_;
+  detail::blocking_ring ring_;
 };
 
 }  // namespace dflash
