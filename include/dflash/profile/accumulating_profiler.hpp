@@ -95,7 +95,9 @@ class AccumulatingProfiler
     (void)end_window();
   }
 
-  std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
+  /// The table of snapshot(). Only what a program asks for is compiled into it: the table here, JSON below.
+  std::string summary() const { return format_table(snapshot()); }
+  std::string summary(report_format f) const { return format_report(snapshot(), f); }
   std::string summary(const report_options& o) const { return format_report(snapshot(), o); }
 
   /// Records of one key in the current window (for tests and progress).

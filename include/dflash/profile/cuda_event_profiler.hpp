@@ -177,7 +177,9 @@ class CudaEventProfiler {
     poll();
     acc_.clear();
   }
-  std::string summary(report_format f = report_format::table) const { return format_report(snapshot(), f); }
+  /// The table of snapshot(). Only what a program asks for is compiled into it: the table here, JSON below.
+  std::string summary() const { return format_table(snapshot()); }
+  std::string summary(report_format f) const { return format_report(snapshot(), f); }
   std::string summary(const report_options& o) const { return format_report(snapshot(), o); }
 
   /// Resolved ranges of one key so far (does not poll).
