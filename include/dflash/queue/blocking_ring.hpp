@@ -66,8 +66,7 @@ class blocking_ring {
   using time_point = std::chrono::steady_clock::time_point;
   static constexpr int min_spin = 4, max_spin = 128;
 
-  /// `seq0`: slot 0's sequence word; slot i's lies i * `stride` bytes further
-  /// (a runtime stride: the price of one ring for every item type is a multiply).
+  /// `seq0`: slot 0's sequence word; slot i's lies i * `stride` bytes further.
   blocking_ring(std::size_t capacity, std::atomic<std::uint64_t>* seq0, std::size_t stride) noexcept
       : cap_(capacity), mask_(std::has_single_bit(capacity) ? capacity - 1 : 0),
         seq0_(reinterpret_cast<std::byte*>(seq0)), stride_(stride) {
@@ -82,31 +81,37 @@ class blocking_ring {
   }
 
   // ---- claims: the CAS half of a push or pop; the caller moves the item, then publishes / releases ----
+  // The claims are member templates on the caller's slot type: the fast path
+  // indexes the caller's own array (the address it then fills is computed once,
+  // as a typed ring would), and only these few lines are compiled per item type.
+  template <class Slot>
   struct push_claim {
     queue_status st;     ///< ok (pos is the caller's), full or closed
     std::uint64_t pos;   ///< with ok
-    std::size_t slot;    ///< with ok: index(pos), so the caller does not compute it again
+    Slot* slot;          ///< with ok: the slot of pos
     bool wake_poppers;   ///< with ok: pass to publish()
   };
   /// On `full`, *in_flight tells whether the pop that frees the blocking slot has
-  /// already claimed it (its release, and so our room, is imminent).
-  push_claim claim_push(bool* in_flight) noexcept {
+  /// already claimed it (its release, and so our room, is imminent). `slots` is
+  /// the array whose sequence words the ring was given (Slot::seq).
+  template <class Slot>
+  push_claim<Slot> claim_push(Slot* slots, bool* in_flight) noexcept {
     std::uint64_t word = enq_.load(std::memory_order_relaxed);
     for (;;) {
-      if (word & closed_bit) return {queue_status::closed, 0, 0, false};
+      if (word & closed_bit) return {queue_status::closed, 0, nullptr, false};
       const std::uint64_t pos = word & pos_mask;
-      const std::size_t i = index(pos);
-      const std::int64_t d = diff(seq_at(i).load(std::memory_order_acquire), 2 * pos);
+      Slot& s = slots[index(pos)];
+      const std::int64_t d = diff(s.seq.load(std::memory_order_acquire), 2 * pos);
       if (d == 0) {
         // The CAS reads the parked bit in the same RMW that claims pos.
         if (enq_.compare_exchange_weak(word, word + 1, std::memory_order_relaxed, std::memory_order_relaxed))
-          return {queue_status::ok, pos, i, (word & pop_parked_bit) != 0};
+          return {queue_status::ok, pos, &s, (word & pop_parked_bit) != 0};
       } else if (d < 0) {  // the slot still holds last lap's item: full, unless word is stale
         const std::uint64_t now = enq_.load(std::memory_order_relaxed);
         if (now == word) {
           // Read after a parker's bit-setting RMW, so a pop claiming pos - cap later sees the bit.
           if (in_flight) *in_flight = (deq_.load(std::memory_order_relaxed) & pos_mask) + cap_ > pos;
-          return {queue_status::full, 0, 0, false};
+          return {queue_status::full, 0, nullptr, false};
         }
         word = now;
       } else {
@@ -124,28 +129,30 @@ class blocking_ring {
       wake(not_empty_, enq_, pop_parked_bit, locked);
   }
 
+  template <class Slot>
   struct pop_claim {
     bool claimed;        ///< pos is the caller's
     std::uint64_t pos;
-    std::size_t slot;    ///< with claimed: index(pos)
+    Slot* slot;          ///< with claimed: the slot of pos
     bool wake_pushers;   ///< with claimed: pass to release()
     bool drained;        ///< not claimed: closed and nothing left
     bool in_flight;      ///< not claimed: a push has claimed the position, its publish is imminent
   };
-  pop_claim claim_pop() noexcept {
+  template <class Slot>
+  pop_claim<Slot> claim_pop(Slot* slots) noexcept {
     std::uint64_t word = deq_.load(std::memory_order_relaxed);
     for (;;) {
       const std::uint64_t pos = word & pos_mask;
-      const std::size_t i = index(pos);
-      const std::int64_t d = diff(seq_at(i).load(std::memory_order_acquire), 2 * pos + 1);
+      Slot& s = slots[index(pos)];
+      const std::int64_t d = diff(s.seq.load(std::memory_order_acquire), 2 * pos + 1);
       if (d == 0) {
         if (deq_.compare_exchange_weak(word, word + 1, std::memory_order_relaxed, std::memory_order_relaxed))
-          return {true, pos, i, (word & push_parked_bit) != 0, false, false};
+          return {true, pos, &s, (word & push_parked_bit) != 0, false, false};
       } else if (d < 0) {  // nothing published at pos (yet)
         const std::uint64_t e = enq_.load(std::memory_order_acquire);
         const std::uint64_t now = deq_.load(std::memory_order_relaxed);
         if (now == word)
-          return {false, 0, 0, false, (e & closed_bit) != 0 && (e & pos_mask) == pos, (e & pos_mask) > pos};
+          return {false, 0, nullptr, false, (e & closed_bit) != 0 && (e & pos_mask) == pos, (e & pos_mask) > pos};
         word = now;
       } else {
         word = deq_.load(std::memory_order_relaxed);

@@ -95,7 +95,11 @@ class bounded_queue {
   [[nodiscard]] std::optional<T> pop() { return pop_until(nullptr); }
 
   /// Never blocks. Empty optional = nothing available right now (see closed()).
-  [[nodiscard]] std::optional<T> try_pop() { return try_dequeue().value; }
+  [[nodiscard]] std::optional<T> try_pop() {
+    std::optional<T> out;
+    (void)try_dequeue(out);
+    return out;
+  }
 
   /// Blocks at most `timeout`. Empty optional = timed out, or closed and drained.
   template <class Rep, class Period>
@@ -164,8 +168,8 @@ class bounded_queue {
   // `locked`: the caller holds the ring's parking mutex (a parker's attempt).
   template <class U>
   queue_status try_enqueue(U&& v, bool locked = false, bool* in_flight = nullptr) {
-    const auto c = ring_.claim_push(in_flight);
-    if (c.st == queue_status::ok) fill(slots_[c.slot], c.pos, std::forward<U>(v), locked, c.wake_poppers);
+    const auto c = ring_.claim_push(slots_.get(), in_flight);
+    if (c.st == queue_status::ok) fill(*c.slot, c.pos, std::forward<U>(v), locked, c.wake_poppers);
     return c.st;
   }
 
@@ -181,23 +185,19 @@ class bounded_queue {
     s.value.emplace(std::forward<U>(v));
   }
 
-  struct dequeued {
-    std::optional<T> value;
-    bool drained = false;    ///< closed and nothing left (only meaningful when value is empty)
-    bool in_flight = false;  ///< empty, but a push has claimed the position: its publish is imminent
+  struct dequeue_state {
+    bool drained = false;    ///< closed and nothing left (only meaningful when no item came)
+    bool in_flight = false;  ///< no item, but a push has claimed the position: its publish is imminent
   };
 
-  dequeued try_dequeue(bool locked = false) {
+  // The next item into `out` (the caller's: the item is moved once, into the
+  // optional that pop() returns). `out` stays empty when there is none.
+  dequeue_state try_dequeue(std::optional<T>& out, bool locked = false) {
     for (;;) {
-      const auto c = ring_.claim_pop();
-      dequeued out;
-      if (!c.claimed) {
-        out.drained = c.drained;
-        out.in_flight = c.in_flight;
-        return out;
-      }
-      take(slots_[c.slot], c.pos, out.value, locked, c.wake_pushers);
-      if (out.value) return out;
+      const auto c = ring_.claim_pop(slots_.get());
+      if (!c.claimed) return {c.drained, c.in_flight};
+      take(*c.slot, c.pos, out, locked, c.wake_pushers);
+      if (out) return {};
       // a failed push's empty slot: skip it
     }
   }
@@ -241,21 +241,22 @@ class bounded_queue {
   }
 
   std::optional<T> pop_until(const time_point* deadline) {
-    dequeued r = try_dequeue();
-    if (r.value || r.drained || (deadline != nullptr && std::chrono::steady_clock::now() >= *deadline)) {
+    std::optional<T> out;  // the one object returned on every path (no move of the item on the way out)
+    dequeue_state st = try_dequeue(out);
+    if (out || st.drained || (deadline != nullptr && std::chrono::steady_clock::now() >= *deadline)) {
       record_zero(pop_wait_key<Name>{});
-      return std::move(r.value);
+      return out;
     }
     {
       const blocked_scope<pop_wait_key<Name>> b(*this, ring_.pop_waiters());
       auto attempt = [&](bool locked, bool& in_flight) {
-        r = try_dequeue(locked);
-        in_flight = r.in_flight;
-        return r.value.has_value() || r.drained;
+        st = try_dequeue(out, locked);
+        in_flight = st.in_flight;
+        return out.has_value() || st.drained;
       };
       (void)ring_.wait_pop(detail::blocking_ring::attempt(attempt), deadline);
     }
-    return std::move(r.value);
+    return out;
   }
 
   // A blocking push or pop: counted in the ring's blocked_push / blocked_pop and
