@@ -14,7 +14,7 @@ namespace dflash::detail {
 
 inline constexpr std::size_t max_ring_capacity = std::size_t{1} << 61;
 
-[[noreturn]] inline void throw_bad_capacity(std::size_t capacity, const std::string& who) {
+[[noreturn]] inline void throw_bad_capacity(std::size_t capacity, std::string_view who) {
   if (capacity == 0)
     throw_invalid_argument("%.*s: capacity must be at least 1 (got 0)", static_cast<int>(who.size()), who.data());
   throw_invalid_argument("%.*s: capacity must be at most 2^61 (got %zu)", static_cast<int>(who.size()), who.data(),
@@ -24,7 +24,7 @@ inline constexpr std::size_t max_ring_capacity = std::size_t{1} << 61;
 /// std::invalid_argument "<who>: capacity must be at least 1 (got 0)" or
 /// "... at most 2^61 (got N)".
 inline void check_capacity(std::size_t capacity, std::string_view who) {
-  if (capacity == 0 || capacity > max_ring_capacity) throw_bad_capacity(capacity, std::string(who));
+  if (capacity == 0 || capacity > max_ring_capacity) throw_bad_capacity(capacity, who);
 }
 /// The same for a named ring: "<who> '<name>': ...".
 inline void check_capacity(std::size_t capacity, std::string_view who, std::string_view name) {

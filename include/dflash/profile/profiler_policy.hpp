@@ -13,7 +13,6 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -48,19 +47,19 @@ concept ProfilerPolicy =
     };
 
 namespace detail {
+/// The error of a bad add(k, d): one function for every policy, key and duration type.
+[[noreturn]] inline void throw_bad_add(std::string_view who, std::string_view key, const char* problem,
+                                       const long double* ns = nullptr, const char* more = "") {
+  const int wl = static_cast<int>(who.size()), kl = static_cast<int>(key.size());
+  if (ns == nullptr) throw_invalid_argument("%.*s::add: %s for key '%.*s'", wl, who.data(), problem, kl, key.data());
+  throw_invalid_argument("%.*s::add: %s for key '%.*s' (got %.6Lg ns)%s", wl, who.data(), problem, kl, key.data(),
+                         *ns, more);
+}
+
 /// What add(k, d) records, in ns. The range is checked *before* converting (a
 /// conversion to int64 ns would overflow for ~292 years and more); negative,
 /// too large, NaN and infinite durations are the caller's bug and are reported
 /// naming the policy, the key and the value, never clamped.
-/// The error of a bad add(k, d): one function for every policy, key and duration type.
-[[noreturn]] inline void throw_bad_add(std::string_view who, std::string_view key, const char* problem,
-                                       const long double* ns = nullptr, const char* more = "") {
-  char shown[96] = "";
-  if (ns != nullptr) std::snprintf(shown, sizeof shown, " (got %.6Lg ns)%s", *ns, more);
-  throw_invalid_argument("%.*s::add: %s for key '%.*s'%s", static_cast<int>(who.size()), who.data(), problem,
-                         static_cast<int>(key.size()), key.data(), shown);
-}
-
 template <class Rep, class Period>
 std::uint64_t checked_add_ns(std::string_view who, std::string_view key, std::chrono::duration<Rep, Period> d) {
   // long double holds every int64 exactly (x86: 64-bit mantissa), and its

@@ -75,11 +75,6 @@ class blocking_ring {
   blocking_ring(const blocking_ring&) = delete;
   blocking_ring& operator=(const blocking_ring&) = delete;
 
-  /// The slot index of a position (no division for power-of-two capacities).
-  [[nodiscard]] std::size_t index(std::uint64_t pos) const noexcept {
-    return static_cast<std::size_t>(mask_ ? (pos & mask_) : (pos % cap_));
-  }
-
   // ---- claims: the CAS half of a push or pop; the caller moves the item, then publishes / releases ----
   // The claims are member templates on the caller's slot type: the fast path
   // indexes the caller's own array (the address it then fills is computed once,
@@ -224,6 +219,11 @@ class blocking_ring {
   static constexpr std::uint64_t pos_mask = (std::uint64_t{1} << 62) - 1;
   // The adaptive spin's start (see the header comment), and yields before parking.
   static constexpr int initial_spin = 32, yield_rounds = 4;
+
+  // The slot index of a position (no division for power-of-two capacities).
+  std::size_t index(std::uint64_t pos) const noexcept {
+    return static_cast<std::size_t>(mask_ ? (pos & mask_) : (pos % cap_));
+  }
 
   std::atomic<std::uint64_t>& seq_at(std::size_t i) const noexcept {
     return *std::launder(reinterpret_cast<std::atomic<std::uint64_t>*>(seq0_ + i * stride_));

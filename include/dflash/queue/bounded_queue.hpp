@@ -28,9 +28,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <stdexcept>
-#include <string>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 
