@@ -38,7 +38,6 @@
 //                  "verdict": "faster" | "slower" | "within noise" | "baseline"}]}
 //   where S = {"median": num, "p25": num, "p75": num, "min": num, "max": num}.
 
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +56,7 @@
 #include "dflash/bench/grid.hpp"
 #include "dflash/bench/policies.hpp"
 #include "dflash/bench/stats.hpp"
+#include "dflash/detail/std_chrono.hpp"
 
 namespace dflash::bench {
 

@@ -1,12 +1,12 @@
 #pragma once
 // Deadlines from user timeouts, saturated instead of overflowing.
 
-#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include "dflash/detail/format.hpp"
+#include "dflash/detail/std_chrono.hpp"
 
 namespace dflash::detail {
 

@@ -15,10 +15,11 @@
 // can assert that the per-item path never does.
 
 #include <atomic>
-#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+
+#include "dflash/detail/std_chrono.hpp"
 
 namespace dflash {
 

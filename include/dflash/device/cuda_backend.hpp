@@ -19,7 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -29,6 +28,7 @@
 #include <vector>
 
 #include "dflash/detail/cuda_check.hpp"
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/device/backend.hpp"
 
 namespace dflash {

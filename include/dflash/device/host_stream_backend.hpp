@@ -25,7 +25,6 @@
 // synchronize(s) and host_wait(e) rethrow the first error.
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/detail/thread_label.hpp"
 #include "dflash/device/backend.hpp"
 

@@ -52,7 +52,6 @@
 #include "dflash/detail/require_cccl.hpp"  // first: ring_control needs libcu++
 
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -67,6 +66,7 @@
 #include <vector>
 
 #include "dflash/detail/capacity.hpp"
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/pipeline/shape.hpp"
 #include "dflash/device/backend.hpp"
 #include "dflash/device/device_rows.hpp"

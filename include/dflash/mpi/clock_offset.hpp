@@ -14,13 +14,13 @@
 #include <mpi.h>
 
 #include <array>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/mpi/clock_estimate.hpp"
 #include "dflash/mpi/control_messages.hpp"
 #include "dflash/mpi/key_agreement.hpp"

@@ -33,7 +33,6 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -45,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/mpi/job_link.hpp"
 #include "dflash/mpi/clock_offset.hpp"
 #include "dflash/mpi/job_collector.hpp"

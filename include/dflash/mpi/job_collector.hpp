@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/mpi/control_messages.hpp"
 #include "dflash/mpi/job_profile.hpp"
 #include "dflash/mpi/job_state.hpp"

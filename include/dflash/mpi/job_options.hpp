@@ -1,11 +1,11 @@
 #pragma once
 // What a dflash::mpi::job (job.hpp) takes at start() and returns from finish().
 
-#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/mpi/clock_offset.hpp"
 #include "dflash/mpi/job_profile.hpp"
 

@@ -28,7 +28,6 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -38,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/mpi/control_messages.hpp"
 #include "dflash/mpi/job_collector.hpp"
 #include "dflash/mpi/job_links.hpp"

@@ -24,7 +24,6 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -33,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/mpi/job_link.hpp"
 #include "dflash/mpi/link_credits.hpp"
 #include "dflash/mpi/link_frame.hpp"

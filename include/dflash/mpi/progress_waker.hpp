@@ -20,11 +20,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
+
+#include "dflash/detail/std_chrono.hpp"
 
 namespace dflash::mpi {
 

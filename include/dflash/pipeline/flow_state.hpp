@@ -8,7 +8,6 @@
 // FlowPolicy, or some stage is in_order (then only the sequence number).
 
 #include <array>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "dflash/detail/format.hpp"
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/pipeline/item.hpp"
 #include "dflash/pipeline/stage.hpp"
 #include "dflash/profile/profiler_policy.hpp"

@@ -11,10 +11,11 @@
 // Device links keep the stamp beside the slot (pipeline_core), never in the
 // user's device item.
 
-#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <type_traits>
+
+#include "dflash/detail/std_chrono.hpp"
 
 namespace dflash {
 

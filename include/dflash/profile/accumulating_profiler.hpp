@@ -22,11 +22,9 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <functional>
 #include <thread>
 #include <vector>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,6 +34,7 @@
 #include <string>
 #include <string_view>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/asymmetric_barrier.hpp"
 #include "dflash/profile/clock.hpp"
 #include "dflash/profile/clock_profiler_base.hpp"

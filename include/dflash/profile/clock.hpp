@@ -4,10 +4,11 @@
 // a TSC clock (cheaper reads on x86) and a manual clock for deterministic tests.
 
 #include <atomic>
-#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <thread>
+
+#include "dflash/detail/std_chrono.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // __builtin_ia32_rdtsc rather than <x86intrin.h>: no intrinsics header in users' code.

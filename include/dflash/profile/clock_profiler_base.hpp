@@ -20,11 +20,11 @@
 // inline, so a zone costs what the policy's own on_range costs: the base adds
 // no call, no pointer and no state (it is empty).
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/clock.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/profiler_policy.hpp"

@@ -31,7 +31,6 @@
 //  * clear   — not forwarded: members are shared and owned elsewhere; clear
 //              them where they are owned.
 
-#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +42,7 @@
 #include <boost/hana/at.hpp>
 #include <boost/hana/basic_tuple.hpp>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/null_profiler.hpp"
 #include "dflash/profile/profiler_policy.hpp"

@@ -24,7 +24,6 @@
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +37,7 @@
 #include <cuda_runtime_api.h>
 
 #include "dflash/detail/cuda_check.hpp"
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/accumulating_profiler.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/profiler_policy.hpp"

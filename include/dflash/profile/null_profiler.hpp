@@ -4,9 +4,9 @@
 // same size and the same machine code as an uninstrumented one
 // (scripts/zero_cost_check.sh proves the latter with callgrind).
 
-#include <chrono>
 #include <string_view>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/profiler_policy.hpp"
 

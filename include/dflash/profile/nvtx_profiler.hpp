@@ -23,7 +23,6 @@
 // The type is empty and stateless: stages hold it through profiler_ref at no
 // size cost, and any number of NvtxProfiler objects share the same ranges.
 
-#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -33,6 +32,7 @@
 #endif
 #include <nvtx3/nvtx3.hpp>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/key.hpp"
 #include "dflash/profile/profiler_policy.hpp"
 

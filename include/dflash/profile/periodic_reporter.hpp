@@ -14,18 +14,18 @@
 // type: no thread, no timer, every member a no-op.
 
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <limits>
 #include <mutex>
 #include <ostream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "dflash/detail/format.hpp"
+#include "dflash/detail/std_chrono.hpp"
+#include "dflash/detail/std_function.hpp"
 #include "dflash/profile/clock.hpp"
 #include "dflash/profile/profiler_policy.hpp"
 #include "dflash/profile/report.hpp"
@@ -44,16 +44,11 @@ struct reporter_options {
 };
 
 namespace detail {
-inline std::string seconds_text(double s) {
-  std::ostringstream os;
-  os << s << " s";
-  return os.str();
-}
 inline std::chrono::duration<double> checked_interval(std::chrono::duration<double> interval) {
   // Also rejects NaN (every comparison is false) and infinity, without <cmath>.
   if (!(interval.count() >= 0.0 && interval.count() <= std::numeric_limits<double>::max()))
-    throw std::invalid_argument("dflash::periodic_reporter: interval must be >= 0 seconds (0 = off) and finite, got " +
-                                seconds_text(interval.count()));
+    throw_invalid_argument("dflash::periodic_reporter: interval must be >= 0 seconds (0 = off) and finite, got %g s",
+                           interval.count());
   return interval;
 }
 inline std::function<void(std::string_view)> ostream_sink(std::ostream& os) {
@@ -131,13 +126,13 @@ class periodic_reporter {
     // Half the clock's range: deadlines (now + interval) must not overflow.
     const std::chrono::duration<double> longest = Clock::duration::max() / 2;
     if (d > longest)
-      throw std::invalid_argument("dflash::periodic_reporter: interval of " + detail::seconds_text(d.count()) +
-                                  " is longer than the clock can count (at most " +
-                                  detail::seconds_text(longest.count()) + ")");
+      detail::throw_invalid_argument(
+          "dflash::periodic_reporter: interval of %g s is longer than the clock can count (at most %g s)", d.count(),
+          longest.count());
     const auto c = std::chrono::duration_cast<typename Clock::duration>(d);
     if (d.count() > 0.0 && c.count() == 0)
-      throw std::invalid_argument("dflash::periodic_reporter: interval of " + detail::seconds_text(d.count()) +
-                                  " is shorter than one clock tick");
+      detail::throw_invalid_argument("dflash::periodic_reporter: interval of %g s is shorter than one clock tick",
+                                     d.count());
     return c;
   }
 

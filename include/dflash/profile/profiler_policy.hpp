@@ -10,7 +10,6 @@
 // Members are const: a profiler is shared by many threads and stages through
 // profiler_ref, and recording is not a logical mutation of the stage.
 
-#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <limits>
@@ -21,6 +20,7 @@
 #include <utility>
 
 #include "dflash/detail/format.hpp"
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/key.hpp"
 
 namespace dflash {

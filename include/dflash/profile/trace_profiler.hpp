@@ -38,7 +38,6 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -55,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/flow_rows.hpp"
 #include "dflash/detail/os.hpp"
 #include "dflash/detail/thread_label.hpp"

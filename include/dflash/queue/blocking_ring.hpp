@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +47,7 @@
 
 #include "dflash/detail/capacity.hpp"
 #include "dflash/detail/spin.hpp"
+#include "dflash/detail/std_chrono.hpp"
 
 namespace dflash {
 

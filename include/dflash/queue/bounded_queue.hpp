@@ -22,7 +22,6 @@
 // its slot moves.
 
 #include <atomic>
-#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +32,7 @@
 
 #include "dflash/detail/capacity.hpp"
 #include "dflash/detail/deadline.hpp"
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/profile/fixed_string.hpp"
 #include "dflash/profile/null_profiler.hpp"
 #include "dflash/profile/profiler_policy.hpp"

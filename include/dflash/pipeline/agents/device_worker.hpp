@@ -19,13 +19,13 @@
 //                                                            the enqueued work: the next stage waits for it
 //   link    -> sink   void operator()(In& slot, DS)
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <type_traits>
 #include <utility>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/device/device_stream.hpp"
 #include "dflash/device/gpu_timer.hpp"
 #include "dflash/pipeline/core.hpp"

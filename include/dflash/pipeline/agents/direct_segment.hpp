@@ -9,7 +9,6 @@
 // next also runs the parked ones that follow it (oneTBB's tokens). The time a
 // thread waits for the next stage's turn is "<link>.push_wait".
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -18,6 +17,7 @@
 #include <utility>
 
 #include "dflash/detail/spin.hpp"
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/pipeline/agents/segment_sync.hpp"
 #include "dflash/pipeline/core.hpp"
 #include "dflash/pipeline/stage.hpp"

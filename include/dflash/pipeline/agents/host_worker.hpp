@@ -36,7 +36,6 @@
 // while the source's own thread parks (agents/source_pull.hpp has why and the
 // rules). The rows read as for a helped item.
 
-#include <chrono>
 #include <cstddef>
 #include <exception>
 #include <optional>
@@ -44,6 +43,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/pipeline/agents/source_pull.hpp"
 #include "dflash/pipeline/agents/stage_seats.hpp"
 #include "dflash/pipeline/core.hpp"

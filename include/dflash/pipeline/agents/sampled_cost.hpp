@@ -8,9 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <limits>
+
+#include "dflash/detail/std_chrono.hpp"
 
 namespace dflash::detail {
 

@@ -23,12 +23,12 @@
 // drain and the source's end wake it.
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/pipeline/agents/sampled_cost.hpp"
 
 namespace dflash::detail {

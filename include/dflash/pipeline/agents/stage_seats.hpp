@@ -10,13 +10,13 @@
 // stops producing for that long while the stage's own threads sit idle.
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <thread>
 
 #include "dflash/detail/spin.hpp"
+#include "dflash/detail/std_chrono.hpp"
 #include "dflash/pipeline/agents/sampled_cost.hpp"
 
 namespace dflash::detail {
