@@ -18,7 +18,6 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "dflash/pipeline/agents/segment_sync.hpp"
@@ -69,15 +68,15 @@ class pipeline_core : public core_types<P, Specs...>,
   [[nodiscard]] const shape_type& shape() const noexcept { return shape_; }
   template <std::size_t I>
   [[nodiscard]] auto& stage() noexcept {
-    return std::get<I>(stages_);
+    return detail::get<I>(stages_);
   }
   template <std::size_t L>
   [[nodiscard]] endpoint_type<L>& link() noexcept {
-    return *std::get<L>(links_);
+    return *detail::get<L>(links_);
   }
   template <std::size_t L>
   [[nodiscard]] bool link_open() const noexcept {
-    return std::get<L>(links_) != nullptr;
+    return detail::get<L>(links_) != nullptr;
   }
   [[nodiscard]] segment_sync& segment(std::size_t first) noexcept { return segs_[first]; }
 
@@ -163,7 +162,7 @@ class pipeline_core : public core_types<P, Specs...>,
     using B = std::remove_pointer_t<decltype(this->backend_ptr())>;
     const link_context<P, B> ctx{shape_.depths[L], this->prof(), this->backend_ptr(), std::span<const int>(shape_.ranks[L]),
                                  std::span<const int>(shape_.ranks[L + 1]), shape_.rows[L]};
-    std::get<L>(links_) = link_kind<L>::template open<typename Types::template item_type<L>, P>(ctx);
+    detail::get<L>(links_) = link_kind<L>::template open<typename Types::template item_type<L>, P>(ctx);
     if constexpr (Topo::template pending_at<L>) this->open_pool(L);
     if constexpr (Topo::template slots_at<L>) this->open_slot_stamps(L, shape_.depths[L]);
   }

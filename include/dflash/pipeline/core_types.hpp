@@ -9,10 +9,10 @@
 
 #include <cstddef>
 #include <memory>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 
+#include "dflash/detail/indexed_storage.hpp"
 #include "dflash/pipeline/endpoint.hpp"
 #include "dflash/pipeline/flow_state.hpp"
 #include "dflash/pipeline/item.hpp"
@@ -84,9 +84,9 @@ struct core_types {
 
   // ---- what the core keeps per stage and per link ----
   template <std::size_t... I>
-  static auto stages_of(std::index_sequence<I...>) -> std::tuple<stage_type<I>...>;
+  static auto stages_of(std::index_sequence<I...>) -> indexed_storage<stage_type<I>...>;
   template <std::size_t... L>
-  static auto links_of(std::index_sequence<L...>) -> std::tuple<std::unique_ptr<endpoint_type<L>>...>;
+  static auto links_of(std::index_sequence<L...>) -> indexed_storage<std::unique_ptr<endpoint_type<L>>...>;
 
   using stages_tuple = decltype(stages_of(std::make_index_sequence<stage_count>{}));
   using links_tuple = decltype(links_of(std::make_index_sequence<link_count>{}));

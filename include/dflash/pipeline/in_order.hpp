@@ -13,12 +13,12 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "dflash/detail/format.hpp"
+#include "dflash/detail/indexed_storage.hpp"
 #include "dflash/pipeline/item.hpp"
 
 namespace dflash::detail {
@@ -111,12 +111,12 @@ class ordered_stages {
   template <std::size_t I>
   using order_type = std::conditional_t<Topo::template in_order_at<I>, reorder_buffer<value<I>, Tag>, no_reorder>;
   template <std::size_t... I>
-  static auto orders_of(std::index_sequence<I...>) -> std::tuple<order_type<I>...>;
+  static auto orders_of(std::index_sequence<I...>) -> indexed_storage<order_type<I>...>;
 
  public:
   template <std::size_t I>
   [[nodiscard]] auto& reorder() noexcept {
-    return std::get<I>(orders_);
+    return detail::get<I>(orders_);
   }
   /// in_order stage I: runs `run(x, tag)` if x is due, then the parked items
   /// that follow it, while `go()` holds.
