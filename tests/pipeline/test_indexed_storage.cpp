@@ -47,6 +47,16 @@ TEST_CASE("indexed_storage: default-constructed elements are value-initialized",
   static_assert(sizeof(indexed_storage<int, empty>) == sizeof(int), "an empty element takes no room");
 }
 
+TEST_CASE("indexed_storage: a one-element storage copies and moves as a whole", "[indexed_storage]") {
+  // Its own type as the one argument is a copy or a move, not an element built from the storage.
+  indexed_storage<std::string> a(std::string("x"));
+  indexed_storage<std::string> b(a);  // direct-initialised from a non-const lvalue
+  CHECK(get<0>(b) == "x");
+  CHECK(get<0>(a) == "x");
+  indexed_storage<std::string> c(std::move(b));
+  CHECK(get<0>(c) == "x");
+}
+
 TEST_CASE("indexed_storage: every element destroyed once", "[indexed_storage]") {
   {
     counted a(1), b(2);

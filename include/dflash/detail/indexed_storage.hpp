@@ -7,6 +7,7 @@
 // No comparison, no assignment, no structured bindings: storage only.
 
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 
 namespace dflash::detail {
@@ -24,9 +25,11 @@ struct indexed_storage_of;
 template <std::size_t... I, class... T>
 struct indexed_storage_of<std::index_sequence<I...>, T...> : indexed_element<I, T>... {
   indexed_storage_of() = default;
-  /// Each element from its argument, in order.
+  /// Each element from its argument, in order. (Never a copy or move of a
+  /// one-element storage: that is the copy and move constructors' work.)
   template <class... A>
-    requires(sizeof...(A) == sizeof...(T) && sizeof...(T) > 0)
+    requires(sizeof...(A) == sizeof...(T) && sizeof...(T) > 0 &&
+             !(sizeof...(A) == 1 && (std::is_same_v<std::remove_cvref_t<A>, indexed_storage_of> && ...)))
   explicit indexed_storage_of(A&&... a) : indexed_element<I, T>(std::forward<A>(a))... {}
 };
 
